@@ -1,0 +1,1 @@
+"""Pulumi components: each creates resources from already-validated settings and rendered specs."""

@@ -1,0 +1,3 @@
+from .component import InferenceAddon
+
+__all__ = ["InferenceAddon"]

@@ -1,0 +1,3 @@
+from .component import Cluster, ExistingCluster, Network
+
+__all__ = ["Cluster", "ExistingCluster", "Network"]

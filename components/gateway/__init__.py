@@ -1,0 +1,3 @@
+from .component import Gateway
+
+__all__ = ["Gateway"]

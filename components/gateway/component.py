@@ -1,0 +1,28 @@
+"""The InferenceGatewayConfig: one gateway, one endpoint picker per model."""
+
+from __future__ import annotations
+
+import pulumi
+import pulumi_kubernetes as k8s
+
+from settings import Settings
+
+from . import render
+
+
+class Gateway(pulumi.ComponentResource):
+    def __init__(self, name: str, *, settings: Settings, opts: pulumi.ResourceOptions | None = None):
+        super().__init__("inference-gateway:index:Gateway", name, None, opts)
+        manifest = render.gateway_manifest(settings)
+        # A plain CustomResource is patched in place on update: a weight change edits the live
+        # object (no replacement, no delete-and-apply), and only this resource's inputs change.
+        self.config = k8s.apiextensions.CustomResource(
+            f"{name}-config",
+            api_version=manifest["apiVersion"],
+            kind=manifest["kind"],
+            metadata=manifest["metadata"],
+            spec=manifest["spec"],
+            opts=pulumi.ResourceOptions(parent=self),
+        )
+        self.name = self.config.metadata.apply(lambda metadata: metadata["name"])
+        self.register_outputs({"name": self.name})

@@ -1,0 +1,3 @@
+from .component import GpuNodes
+
+__all__ = ["GpuNodes"]

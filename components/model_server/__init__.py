@@ -1,0 +1,3 @@
+from .component import ModelNamespace, ModelServer
+
+__all__ = ["ModelNamespace", "ModelServer"]

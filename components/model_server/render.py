@@ -1,0 +1,130 @@
+"""Kubernetes objects of one vLLM model server, rendered as plain dicts from the settings."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from settings import ModelSettings
+
+# The Secret holding the Hugging Face token, shared by every model of the namespace.
+HF_TOKEN_SECRET = "hf-token"
+HF_TOKEN_KEY = "token"
+GPU_RESOURCE = "nvidia.com/gpu"
+PART_OF = "inference-gateway"
+
+# vLLM downloads and loads the weights before /health answers: up to 15 minutes (90 x 10 s)
+# for a cold node pulling a large model, after which the liveness probe takes over.
+STARTUP_PERIOD_SECONDS = 10
+STARTUP_FAILURES = 90
+
+
+def pod_labels(model: ModelSettings) -> dict[str, str]:
+    # `app` is the scheduler's modelSelector and the label the seed's kubectl commands use.
+    return {**model.selector, "app.kubernetes.io/name": "vllm", "app.kubernetes.io/instance": model.deployment,
+            "app.kubernetes.io/part-of": PART_OF, "inference-gateway/model": model.name}
+
+
+def vllm_args(model: ModelSettings) -> list[str]:
+    args = ["--model", model.model, "--port", str(model.port),
+            # Explicit although newer vLLMs default to it: the gateway's prefix scorer assumes it.
+            "--enable-prefix-caching"]
+    if model.gpus > 1:
+        args += ["--tensor-parallel-size", str(model.gpus)]
+    if model.max_model_len is not None:
+        args += ["--max-model-len", str(model.max_model_len)]
+    if model.gpu_memory_utilization is not None:
+        args += ["--gpu-memory-utilization", f"{model.gpu_memory_utilization:g}"]
+    return args + list(model.extra_args)
+
+
+def deployment(model: ModelSettings, namespace: str, *, hf_token: bool,
+               gpu_node_selector: Mapping[str, str] | None) -> dict[str, Any]:
+    labels = pod_labels(model)
+    health = {"httpGet": {"path": "/health", "port": "http"}}
+    container: dict[str, Any] = {
+        "name": "vllm",
+        "image": model.image,
+        "args": vllm_args(model),
+        "ports": [{"name": "http", "containerPort": model.port, "protocol": "TCP"}],
+        "resources": {
+            "requests": {"cpu": "2", "memory": "8Gi", GPU_RESOURCE: str(model.gpus)},
+            "limits": {GPU_RESOURCE: str(model.gpus)},
+        },
+        "startupProbe": {**health, "periodSeconds": STARTUP_PERIOD_SECONDS, "failureThreshold": STARTUP_FAILURES},
+        "readinessProbe": {**health, "periodSeconds": 5, "failureThreshold": 3},
+        "livenessProbe": {**health, "periodSeconds": 15, "timeoutSeconds": 5, "failureThreshold": 4},
+        "volumeMounts": [
+            {"name": "dshm", "mountPath": "/dev/shm"},
+            {"name": "hf-cache", "mountPath": "/root/.cache/huggingface"},
+        ],
+    }
+    if hf_token:
+        container["env"] = [{"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": HF_TOKEN_SECRET, "key": HF_TOKEN_KEY}}}]
+    pod_spec: dict[str, Any] = {
+        "containers": [container],
+        # Tensor-parallel workers exchange activations through shared memory; the container default is 64 MiB.
+        "volumes": [
+            {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "4Gi"}},
+            {"name": "hf-cache", "emptyDir": {}},
+        ],
+        "tolerations": [{"key": GPU_RESOURCE, "operator": "Exists", "effect": "NoSchedule"}],
+        # One replica per node where possible, so a node loss takes one replica, not all.
+        "topologySpreadConstraints": [{
+            "maxSkew": 1, "topologyKey": "kubernetes.io/hostname", "whenUnsatisfiable": "ScheduleAnyway",
+            "labelSelector": {"matchLabels": dict(model.selector)},
+        }],
+        # In-flight generations finish before the pod goes.
+        "terminationGracePeriodSeconds": 60,
+    }
+    if gpu_node_selector:
+        pod_spec["nodeSelector"] = dict(gpu_node_selector)
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": model.deployment, "namespace": namespace, "labels": labels},
+        "spec": {
+            "replicas": model.replicas,
+            "selector": {"matchLabels": dict(model.selector)},
+            # Never below the serving replicas: the new pod must be Ready before an old one goes
+            # (needs one spare GPU, which is why gpuNodes.max exceeds desired in the stacks).
+            "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}},
+            "template": {"metadata": {"labels": labels}, "spec": pod_spec},
+        },
+    }
+
+
+def service(model: ModelSettings, namespace: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": model.deployment, "namespace": namespace, "labels": pod_labels(model)},
+        "spec": {
+            "type": "ClusterIP",
+            "selector": dict(model.selector),
+            "ports": [{"name": "http", "port": model.port, "targetPort": "http", "protocol": "TCP"}],
+        },
+    }
+
+
+def pod_disruption_budget(model: ModelSettings, namespace: str) -> dict[str, Any] | None:
+    """Keeps node drains from taking more than one replica at a time; pointless for a single replica."""
+    if model.replicas <= 1:
+        return None
+    return {
+        "apiVersion": "policy/v1",
+        "kind": "PodDisruptionBudget",
+        "metadata": {"name": model.deployment, "namespace": namespace, "labels": pod_labels(model)},
+        "spec": {"maxUnavailable": 1, "selector": {"matchLabels": dict(model.selector)}},
+    }
+
+
+def namespace_manifest(name: str) -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "Namespace",
+            "metadata": {"name": name, "labels": {"app.kubernetes.io/part-of": PART_OF}}}
+
+
+def hf_token_secret(namespace: str) -> dict[str, Any]:
+    """The Secret's shape; its value is added by the component as a Pulumi secret, never rendered here."""
+    return {"apiVersion": "v1", "kind": "Secret", "type": "Opaque",
+            "metadata": {"name": HF_TOKEN_SECRET, "namespace": namespace, "labels": {"app.kubernetes.io/part-of": PART_OF}}}

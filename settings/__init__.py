@@ -1,0 +1,26 @@
+"""Stack configuration, parsed and validated before anything is deployed. No Pulumi import here:
+the routing toolkit reads a stack through this package exactly as `pulumi up` does."""
+
+from .errors import NAMESPACE, Problem, SettingsError
+from .model import (
+    DEFAULT_WEIGHTS,
+    VLLM_PORT,
+    WEIGHT_NAMES,
+    ClusterSettings,
+    GatewaySettings,
+    GpuNodeSettings,
+    JwtSettings,
+    ModelSettings,
+    NodeGroupSize,
+    PickerConfigMap,
+    Settings,
+)
+from .parse import DEFAULT_VLLM_IMAGE, parse_settings, parse_weight_overrides
+from .stackfile import load_stack, read_stack_config, stack_file
+
+__all__ = [
+    "NAMESPACE", "Problem", "SettingsError", "DEFAULT_WEIGHTS", "VLLM_PORT", "WEIGHT_NAMES", "ClusterSettings",
+    "GatewaySettings", "GpuNodeSettings", "JwtSettings", "ModelSettings", "NodeGroupSize", "PickerConfigMap",
+    "Settings", "DEFAULT_VLLM_IMAGE", "parse_settings", "parse_weight_overrides", "load_stack", "read_stack_config",
+    "stack_file",
+]

@@ -1,0 +1,156 @@
+"""Typed, immutable settings: everything a stack deploys, decided before any resource is declared."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Mapping
+
+from .errors import Problem, SettingsError
+
+# The scorer weights the InferenceGatewayConfig CRD accepts (spec.schedulers[].weights).
+WEIGHT_NAMES = ("queue", "kvCache", "prefix", "runningRequests", "loraAffinity", "predictedLatency", "lru")
+
+# The controller's defaults when a scheduler carries no weights; they equal the upstream
+# picker's built-in profile (queue-scorer 2, kv-cache-utilization-scorer 2, prefix-cache-scorer 3).
+DEFAULT_WEIGHTS: Mapping[str, int] = MappingProxyType({"queue": 2, "kvCache": 2, "prefix": 3})
+
+# vLLM's OpenAI server listens here; the seed's Services and the CRD's targetPort default agree.
+VLLM_PORT = 8000
+
+
+def frozen_mapping(values: Mapping[str, object] | None = None) -> Mapping:
+    return MappingProxyType(dict(values or {}))
+
+
+@dataclass(frozen=True)
+class PickerConfigMap:
+    """A full custom endpoint-picker configuration (the CRD's configMapRef)."""
+
+    name: str
+    key: str = "default-plugins.yaml"
+
+
+@dataclass(frozen=True)
+class ModelSettings:
+    """One model: a vLLM Deployment + Service and the gateway scheduler in front of it."""
+
+    name: str
+    model: str
+    deployment: str
+    replicas: int
+    image: str
+    gpus: int
+    port: int = VLLM_PORT
+    max_model_len: int | None = None
+    gpu_memory_utilization: float | None = None
+    extra_args: tuple[str, ...] = ()
+    scheduler: str = "llm-d"
+    # Weights set in config (gateway-wide merged with this model's); empty means the controller's defaults.
+    weights: Mapping[str, int] = field(default_factory=frozen_mapping)
+    picker_config_map: PickerConfigMap | None = None
+    lora_adapters: tuple[str, ...] = ()
+    picker_replicas: int | None = None
+    route_timeout: str | None = None
+    log_level: int | None = None
+
+    @property
+    def selector(self) -> Mapping[str, str]:
+        """Labels of this model's pods, which the scheduler's modelSelector matches."""
+        return frozen_mapping({"app": self.deployment})
+
+    @property
+    def effective_weights(self) -> Mapping[str, int] | None:
+        """What the picker will actually use; None when a custom picker ConfigMap decides."""
+        if self.picker_config_map is not None:
+            return None
+        return frozen_mapping({**DEFAULT_WEIGHTS, **self.weights})
+
+
+@dataclass(frozen=True)
+class JwtSettings:
+    issuer: str
+    jwks_uri: str
+    name: str = "jwt"
+    audiences: tuple[str, ...] = ()
+    # Each claim: (name, valueType, values).
+    required_claims: tuple[tuple[str, str, tuple[str, ...]], ...] = ()
+
+
+@dataclass(frozen=True)
+class GatewaySettings:
+    name: str = "inference-gateway"
+    bbr_enabled: bool = False
+    bbr_replicas: int | None = None
+    # None: no TLS; "" : certificate issued by cert-manager (tls: {}); otherwise an ACM certificate ARN.
+    tls_acm_arn: str | None = None
+    jwt: JwtSettings | None = None
+    metrics: bool | None = None
+    pod_defaults: Mapping[str, object] | None = None
+    install_addon: bool = False
+    addon_version: str = "v2.0.0-eksbuild.2"
+
+
+@dataclass(frozen=True)
+class NodeGroupSize:
+    desired: int
+    min: int
+    max: int
+
+
+@dataclass(frozen=True)
+class SystemNodeSettings:
+    instance_types: tuple[str, ...] = ("m6i.large",)
+    size: NodeGroupSize = NodeGroupSize(desired=2, min=1, max=3)
+
+
+@dataclass(frozen=True)
+class ClusterSettings:
+    name: str
+    existing: bool = False
+    version: str = "1.34"
+    vpc_id: str | None = None
+    private_subnet_ids: tuple[str, ...] = ()
+    public_subnet_ids: tuple[str, ...] = ()
+    endpoint_public_access: bool = True
+    endpoint_private_access: bool = True
+    public_access_cidrs: tuple[str, ...] = ()
+    system_nodes: SystemNodeSettings = SystemNodeSettings()
+
+
+@dataclass(frozen=True)
+class GpuNodeSettings:
+    instance_types: tuple[str, ...] = ("g5.xlarge",)
+    size: NodeGroupSize = NodeGroupSize(desired=1, min=1, max=2)
+    capacity_type: str = "ON_DEMAND"
+    disk_size_gib: int = 200
+    ami_type: str = "AL2023_x86_64_NVIDIA"
+    time_slicing: int = 1
+
+    @property
+    def needs_device_plugin(self) -> bool:
+        # Bottlerocket's NVIDIA variants ship the device plugin; AL2023's NVIDIA AMI does not.
+        return self.ami_type.startswith("AL2023")
+
+
+@dataclass(frozen=True)
+class Settings:
+    stack: str
+    namespace: str
+    models: tuple[ModelSettings, ...]
+    gateway: GatewaySettings
+    cluster: ClusterSettings
+    gpu_nodes: GpuNodeSettings | None
+    hf_token: bool = False
+    warnings: tuple[str, ...] = ()
+
+    def model_named(self, name: str) -> ModelSettings:
+        for model in self.models:
+            if model.name == name:
+                return model
+        names = ", ".join(m.name for m in self.models)
+        raise SettingsError([Problem("models", name, f"stack {self.stack!r} has no model named {name!r}; its models are: {names}.")])
+
+    @property
+    def effective_weights(self) -> Mapping[str, Mapping[str, int] | None]:
+        return frozen_mapping({m.name: m.effective_weights for m in self.models})

@@ -1,0 +1,616 @@
+"""Reads every config key of the stack into `Settings`, or reports every bad value at once.
+
+Nothing here imports Pulumi: `pulumi up`, the tests and the routing toolkit all call
+`parse_settings` on the same raw key/value map, so they see exactly the same stack.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from .errors import NOT_SET, SettingsError
+from .model import (
+    DEFAULT_WEIGHTS,
+    VLLM_PORT,
+    WEIGHT_NAMES,
+    ClusterSettings,
+    GatewaySettings,
+    GpuNodeSettings,
+    JwtSettings,
+    ModelSettings,
+    NodeGroupSize,
+    PickerConfigMap,
+    Settings,
+    SystemNodeSettings,
+    frozen_mapping,
+)
+from .reader import MISSING, Coerce, ConfigNode, Problems, decode_json, did_you_mean
+
+# The oldest vLLM whose metrics the picker reads: 0.9.2 renamed the KV-cache gauge to
+# vllm:kv_cache_usage_perc, and the picker silently ignores the old name.
+MIN_VLLM_VERSION = (0, 9, 2)
+# A published tag after the rename; 0.11 also hides the deprecated gpu_* metrics, so the
+# picker and `routing verify` read one set of names.
+DEFAULT_VLLM_IMAGE = "vllm/vllm-openai:v0.11.0"
+
+# CRD limits (InferenceGatewayConfig, spec.schedulers).
+MAX_SCHEDULERS = 100
+MAX_SCHEDULER_NAME = 63
+MAX_MODEL_NAME = 253
+MAX_LORA_ADAPTERS = 50
+MAX_AUDIENCES = 8
+MAX_REQUIRED_CLAIMS = 16
+
+TOP_LEVEL_KEYS = ("namespace", "models", "weights", "gateway", "cluster", "gpuNodes", "hfToken")
+MODEL_KEYS = ("name", "model", "deployment", "replicas", "image", "gpus", "port", "maxModelLen",
+              "gpuMemoryUtilization", "extraArgs", "scheduler", "weights", "pickerConfigMap",
+              "loraAdapters", "pickerReplicas", "routeTimeout", "logLevel")
+GATEWAY_KEYS = ("name", "bbr", "bbrReplicas", "tls", "jwt", "metrics", "podDefaults", "installAddon", "addonVersion")
+JWT_KEYS = ("name", "issuer", "jwksUri", "audiences", "requiredClaims")
+CLAIM_KEYS = ("name", "valueType", "values")
+POD_DEFAULT_KEYS = ("resources", "nodeSelector", "tolerations", "affinity", "labels", "annotations", "env", "envFrom")
+CLUSTER_KEYS = ("name", "existing", "version", "vpcId", "privateSubnetIds", "publicSubnetIds",
+                "endpointPublicAccess", "endpointPrivateAccess", "publicAccessCidrs", "systemNodes")
+NODE_GROUP_KEYS = ("instanceTypes", "desired", "min", "max")
+GPU_NODE_KEYS = (*NODE_GROUP_KEYS, "capacityType", "diskSize", "amiType", "timeSlicing")
+GPU_AMI_TYPES = ("AL2023_x86_64_NVIDIA", "AL2023_ARM_64_NVIDIA", "BOTTLEROCKET_x86_64_NVIDIA", "BOTTLEROCKET_ARM_64_NVIDIA")
+# Flags the stack sets itself; a second copy in extraArgs would silently override or conflict.
+MANAGED_VLLM_FLAGS = ("--model", "--port", "--host", "--served-model-name", "--enable-prefix-caching",
+                      "--no-enable-prefix-caching", "--tensor-parallel-size", "--max-model-len",
+                      "--gpu-memory-utilization")
+
+DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+# Service names must start with a letter (RFC 1035).
+DNS_1035_LABEL = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
+DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+# Gateway API Duration (GEP-2257).
+GATEWAY_DURATION = re.compile(r"^([0-9]{1,5}(h|m|s|ms)){1,4}$")
+ACM_ARN = re.compile(r"^arn:aws[a-z-]*:acm:[a-z0-9-]+:[0-9]{12}:certificate/[A-Za-z0-9-]+$")
+EKS_VERSION = re.compile(r"^1\.([0-9]{2})$")
+EKS_MIN_MINOR = 29
+ADDON_VERSION = re.compile(r"^v[0-9]+\.[0-9]+\.[0-9]+-eksbuild\.[0-9]+$")
+VLLM_IMAGE = re.compile(r"^(?P<repo>(?:[a-z0-9.-]+(?::[0-9]+)?/)?(?:[a-z0-9._-]+/)*vllm-openai):v?(?P<version>[0-9]+\.[0-9]+\.[0-9]+)(?P<suffix>[-+.a-z0-9]*)$")
+SUBNET_ID = re.compile(r"^subnet-[0-9a-f]{8,17}$")
+VPC_ID = re.compile(r"^vpc-[0-9a-f]{8,17}$")
+INSTANCE_TYPE = re.compile(r"^[a-z][a-z0-9-]*\.[a-z0-9]+$")
+
+# GPUs per instance for common GPU instance types, to warn when the node group cannot hold
+# the replicas asked for. Unknown types are not checked.
+GPUS_PER_INSTANCE = {
+    "g4dn.xlarge": 1, "g4dn.2xlarge": 1, "g4dn.4xlarge": 1, "g4dn.8xlarge": 1, "g4dn.12xlarge": 4, "g4dn.16xlarge": 1,
+    "g5.xlarge": 1, "g5.2xlarge": 1, "g5.4xlarge": 1, "g5.8xlarge": 1, "g5.16xlarge": 1, "g5.12xlarge": 4,
+    "g5.24xlarge": 4, "g5.48xlarge": 8, "g6.xlarge": 1, "g6.2xlarge": 1, "g6.4xlarge": 1, "g6.8xlarge": 1,
+    "g6.16xlarge": 1, "g6.12xlarge": 4, "g6.24xlarge": 4, "g6.48xlarge": 8, "g6e.xlarge": 1, "g6e.2xlarge": 1,
+    "g6e.12xlarge": 4, "g6e.48xlarge": 8, "p4d.24xlarge": 8, "p5.48xlarge": 8,
+}
+
+
+def parse_settings(raw: Mapping[str, Any], *, stack: str, secret_keys: frozenset[str] = frozenset()) -> Settings:
+    """Validate the stack's config (keys without the `inference-gateway:` prefix) into Settings.
+
+    Raises SettingsError listing every problem; no partial result is ever returned.
+    """
+    problems = Problems()
+    parser = _Parser(problems)
+    top = ConfigNode("", _structured_top(raw), _flat_top(raw), problems)
+    settings = parser.settings(top, stack=stack, secret_keys=secret_keys)
+    if problems.items:
+        raise SettingsError(problems.items)
+    return settings
+
+
+def parse_weight_overrides(text: str, *, key: str = "--weights") -> dict[str, int]:
+    """`prefix=0,queue=3` into {"prefix": 0, "queue": 3}, with the stack's weight rules."""
+    problems = Problems()
+    coerce = Coerce(problems)
+    weights: dict[str, int] = {}
+    for part in (p.strip() for p in text.split(",")):
+        name, sep, value = part.partition("=")
+        name = name.strip()
+        if not sep or not name:
+            problems.add(key, part, "write each weight as name=value, e.g. --weights prefix=0,queue=3.")
+            continue
+        if name not in WEIGHT_NAMES:
+            problems.add(f"{key} {name}", value, f"is not a scorer weight.{did_you_mean(name, WEIGHT_NAMES)} "
+                                                 f"Valid weights: {', '.join(WEIGHT_NAMES)}.")
+            continue
+        number = coerce.integer(minimum=0)(f"{key} {name}", value)
+        if number is not MISSING:
+            weights[name] = number
+    if problems.items:
+        raise SettingsError(problems.items)
+    return weights
+
+
+def _structured_top(raw: Mapping[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in raw.items() if "." not in k}
+
+
+def _flat_top(raw: Mapping[str, Any]) -> dict[str, str]:
+    return {k: v for k, v in raw.items() if "." in k}
+
+
+class _Parser:
+    def __init__(self, problems: Problems):
+        self.problems = problems
+        self.coerce = Coerce(problems)
+
+    # -- top level -------------------------------------------------------------------------
+
+    def settings(self, top: ConfigNode, *, stack: str, secret_keys: frozenset[str]) -> Settings:
+        unknown = top.names() - set(TOP_LEVEL_KEYS)
+        for name in sorted(unknown):
+            self.problems.add(name, top.structured.get(name, NOT_SET),
+                              f"is not a key of this project.{did_you_mean(name, TOP_LEVEL_KEYS)} "
+                              f"Valid keys: {', '.join(TOP_LEVEL_KEYS)}. Remove it with `pulumi config rm {name}`.")
+        namespace = top.leaf("namespace", self.coerce.string(_dns_label_message), "inference")
+        weights = self.weights(_subnode(top, "weights"))
+        cluster_node = _subnode(top, "cluster")
+        cluster = self.cluster(cluster_node, stack)
+        gpu_node = _subnode(top, "gpuNodes")
+        gpu_nodes = self.gpu_nodes(gpu_node, cluster)
+        models = self.models(top.raw("models"), weights)
+        gateway = self.gateway(_subnode(top, "gateway"), models)
+        hf_token = self.hf_token(top, secret_keys)
+        warnings = self.warnings(gateway, models, gpu_nodes)
+        return Settings(stack=stack, namespace=namespace, models=models, gateway=gateway, cluster=cluster,
+                        gpu_nodes=gpu_nodes, hf_token=hf_token, warnings=warnings)
+
+    def hf_token(self, top: ConfigNode, secret_keys: frozenset[str]) -> bool:
+        value = top.structured.get("hfToken", MISSING)
+        if value is MISSING or value == "":
+            return False
+        if "hfToken" not in secret_keys:
+            # The value itself is never echoed: it is a credential.
+            self.problems.add("hfToken", "<hidden>", "is stored in plain text in the stack file. Store it encrypted with "
+                                                     "`pulumi config set --secret hfToken <token>`.")
+        return True
+
+    # -- weights ---------------------------------------------------------------------------
+
+    def weights(self, node: ConfigNode) -> dict[str, int]:
+        for name in sorted(node.names() - set(WEIGHT_NAMES)):
+            self.problems.add(node.child_key(name), node.structured.get(name, node.flat.get(name, NOT_SET)),
+                              f"is not a scorer weight.{did_you_mean(name, WEIGHT_NAMES)} Valid weights: {', '.join(WEIGHT_NAMES)}.")
+        weight = self.coerce.integer(minimum=0, hint=" Weights are non-negative integers; 0 turns a scorer off.")
+        weights = {}
+        for name in WEIGHT_NAMES:
+            value = node.leaf(name, weight, MISSING)
+            if value is not MISSING:
+                weights[name] = value
+        return weights
+
+    # -- models ----------------------------------------------------------------------------
+
+    def models(self, raw: Any, gateway_weights: dict[str, int]) -> tuple[ModelSettings, ...]:
+        if isinstance(raw, str):
+            decoded = decode_json(raw)
+            raw = decoded if decoded is not MISSING else raw
+        if raw is MISSING or raw is None or raw == []:
+            self.problems.add("models", NOT_SET if raw is MISSING else raw,
+                              "the stack must serve at least one model. Add one with "
+                              "`pulumi config set --path 'models[0].name' qwen` and "
+                              "`pulumi config set --path 'models[0].model' Qwen/Qwen2.5-1.5B-Instruct`.")
+            return ()
+        if not isinstance(raw, list):
+            self.problems.add("models", raw, "must be a list of model entries, e.g. set with "
+                                             "`pulumi config set --path 'models[0].name' qwen`.")
+            return ()
+        if len(raw) > MAX_SCHEDULERS:
+            self.problems.add("models", f"<{len(raw)} entries>", f"the gateway takes at most {MAX_SCHEDULERS} schedulers "
+                                                                 "(one per model); split the models over several stacks.")
+        models = []
+        for index, entry in enumerate(raw):
+            model = self.model(f"models[{index}]", entry, gateway_weights)
+            if model is not None:
+                models.append(model)
+        self._unique(models, "name", "name", "each model's scheduler needs its own name.")
+        self._unique(models, "model", "model", "the gateway routes by the request's `model`, so each "
+                                               "Hugging Face id may be served by one entry only (CRD rule: modelName is unique).")
+        self._unique(models, "deployment", "deployment", "two models cannot share one Deployment and Service.")
+        return tuple(models) if len(models) == len(raw) else ()
+
+    def _unique(self, models: list[ModelSettings], attribute: str, key: str, why: str) -> None:
+        first_index: dict[str, int] = {}
+        for index, model in enumerate(models):
+            value = getattr(model, attribute)
+            if value in first_index:
+                self.problems.add(f"models[{index}].{key}", value,
+                                  f"is also used by models[{first_index[value]}]; {why}")
+            else:
+                first_index[value] = index
+
+    def model(self, key: str, entry: Any, gateway_weights: dict[str, int]) -> ModelSettings | None:
+        if not isinstance(entry, dict):
+            self.problems.add(key, entry, "must be an object with at least `name` and `model`.")
+            return None
+        node = ConfigNode(key, entry, {}, self.problems)
+        node.reject_unknown(MODEL_KEYS)
+        c = self.coerce
+        before = len(self.problems.items)
+        name = node.leaf("name", c.string(lambda v: _dns_label_message(v, MAX_SCHEDULER_NAME)), MISSING)
+        if name is MISSING and "name" not in entry:
+            self.problems.add(f"{key}.name", NOT_SET, "is required: the scheduler's name, a DNS label such as `qwen-small`.")
+        model_id = node.leaf("model", c.string(_model_name_message), MISSING)
+        if model_id is MISSING and "model" not in entry:
+            self.problems.add(f"{key}.model", NOT_SET, "is required: the Hugging Face model id vLLM serves and "
+                                                       "requests name, such as `Qwen/Qwen2.5-0.5B-Instruct`.")
+        deployment = node.leaf("deployment", c.string(_service_name_message),
+                               f"vllm-{name}" if isinstance(name, str) else MISSING)
+        if isinstance(deployment, str) and (message := _service_name_message(deployment)) and "deployment" not in entry:
+            self.problems.add(f"{key}.deployment", deployment, message)
+        replicas = node.leaf("replicas", c.integer(minimum=0, hint=" 0 scales the model down."), 1)
+        image = node.leaf("image", c.string(_vllm_image_message), DEFAULT_VLLM_IMAGE)
+        gpus = node.leaf("gpus", c.integer(minimum=1, maximum=8, hint=" vLLM uses them as tensor-parallel ranks."), 1)
+        port = node.leaf("port", c.integer(minimum=1, maximum=65535), VLLM_PORT)
+        max_model_len = node.leaf("maxModelLen", c.integer(minimum=1), None)
+        gpu_memory = node.leaf("gpuMemoryUtilization", c.number(0.0, 1.0, " vLLM's share of GPU memory, e.g. 0.9."), None)
+        extra_args = node.leaf("extraArgs", c.string_list(c.string(_managed_flag_message)), ())
+        scheduler = node.leaf("scheduler", c.choice(("llm-d", "epp")), "llm-d")
+        own_weights = self.weights(node.child("weights"))
+        config_map = self.picker_config_map(node) if "pickerConfigMap" in entry else None
+        loras = node.leaf("loraAdapters", c.string_list(c.string(_model_name_message), max_items=MAX_LORA_ADAPTERS,
+                                                        unique=True), ())
+        picker_replicas = node.leaf("pickerReplicas", c.integer(minimum=1), None)
+        route_timeout = node.leaf("routeTimeout", c.string(_duration_message), None)
+        log_level = node.leaf("logLevel", c.integer(minimum=0, maximum=5, hint=" It is the picker's verbosity."), None)
+        weights = {**gateway_weights, **own_weights}
+        if config_map is not None and weights:
+            where = f"{key}.weights" if own_weights else "weights (gateway-wide, applied to every model)"
+            self.problems.add(f"{key}.pickerConfigMap", entry.get("pickerConfigMap"),
+                              f"cannot be combined with {where}: the ConfigMap is a full picker configuration "
+                              "(CRD rule: weights and configMapRef are mutually exclusive). Put the weights in the "
+                              "ConfigMap, or remove pickerConfigMap.")
+        if scheduler == "epp" and "lru" in weights:
+            where = f"{key}.weights.lru" if "lru" in own_weights else "weights.lru (gateway-wide)"
+            self.problems.add(f"{key}.scheduler", scheduler,
+                              f"cannot use the lru weight set by {where}: the no-hit LRU scorer exists only in "
+                              "the llm-d picker (CRD rule). Use scheduler 'llm-d' or remove the lru weight.")
+        if len(self.problems.items) > before:
+            return None
+        return ModelSettings(
+            name=name, model=model_id, deployment=deployment, replicas=replicas, image=image, gpus=gpus, port=port,
+            max_model_len=max_model_len, gpu_memory_utilization=gpu_memory, extra_args=extra_args,
+            scheduler=scheduler, weights=frozen_mapping(weights), picker_config_map=config_map,
+            lora_adapters=loras, picker_replicas=picker_replicas, route_timeout=route_timeout, log_level=log_level)
+
+    def picker_config_map(self, model: ConfigNode) -> PickerConfigMap | None:
+        node = model.child("pickerConfigMap")
+        node.reject_unknown(("name", "key"))
+        name = node.leaf("name", self.coerce.string(_subdomain_message), MISSING)
+        if name is MISSING:
+            if "name" not in node.structured:
+                self.problems.add(node.child_key("name"), NOT_SET, "is required: the ConfigMap holding the picker configuration.")
+            return None
+        key = node.leaf("key", self.coerce.string(_config_map_key_message), "default-plugins.yaml")
+        return None if key is MISSING else PickerConfigMap(name=name, key=key)
+
+    # -- gateway ---------------------------------------------------------------------------
+
+    def gateway(self, node: ConfigNode, models: tuple[ModelSettings, ...]) -> GatewaySettings:
+        node.reject_unknown(GATEWAY_KEYS)
+        c = self.coerce
+        name = node.leaf("name", c.string(_dns_label_message), "inference-gateway")
+        bbr_raw = node.leaf("bbr", self._bbr, "auto")
+        if bbr_raw == "auto":
+            bbr = len(models) > 1
+        else:
+            bbr = bbr_raw
+            if bbr is False and len(models) > 1:
+                self.problems.add("gateway.bbr", False, f"must be on when the stack serves more than one model "
+                                                        f"({len(models)} here): body-based routing picks each request's "
+                                                        "model pool (CRD rule). Set `pulumi config set gateway.bbr auto`.")
+        bbr_replicas = node.leaf("bbrReplicas", c.integer(minimum=1), None)
+        tls = node.leaf("tls", c.string(_tls_message), "off")
+        tls_arn = None if tls in ("off", MISSING) else ("" if tls == "auto" else tls)
+        jwt = self.jwt(node.child("jwt")) if "jwt" in node.names() else None
+        metrics = node.leaf("metrics", c.boolean, None)
+        pod_defaults = self.pod_defaults(node) if "podDefaults" in node.names() else None
+        install_addon = node.leaf("installAddon", c.boolean, False)
+        addon_version = node.leaf("addonVersion", c.string(_addon_version_message), "v2.0.0-eksbuild.2")
+        return GatewaySettings(name=name, bbr_enabled=bbr is True, bbr_replicas=bbr_replicas, tls_acm_arn=tls_arn,
+                               jwt=jwt, metrics=metrics, pod_defaults=pod_defaults, install_addon=install_addon is True,
+                               addon_version=addon_version)
+
+    def _bbr(self, key: str, value: Any) -> Any:
+        if value == "auto":
+            return value
+        boolean = self.coerce.boolean(key, value) if isinstance(value, bool) or str(value).lower() in ("true", "false") else MISSING
+        if boolean is MISSING:
+            self.problems.add(key, value, "must be auto, true or false; auto turns body-based routing on exactly "
+                                          "when the stack serves more than one model.")
+        return boolean
+
+    def jwt(self, node: ConfigNode) -> JwtSettings | None:
+        node.reject_unknown(JWT_KEYS)
+        c = self.coerce
+        before = len(self.problems.items)
+        name = node.leaf("name", c.string(_dns_label_message), "jwt")
+        issuer = node.leaf("issuer", c.string(_https_message), MISSING)
+        jwks = node.leaf("jwksUri", c.string(_https_message), MISSING)
+        for field_name, value in (("issuer", issuer), ("jwksUri", jwks)):
+            if value is MISSING and field_name not in node.names():
+                self.problems.add(node.child_key(field_name), NOT_SET, "is required for JWT authentication: an https URL "
+                                                                       "of your identity provider.")
+        audiences = node.leaf("audiences", c.string_list(max_items=MAX_AUDIENCES, unique=True), ())
+        claims = self.required_claims(node.key + ".requiredClaims", node.raw("requiredClaims"))
+        if not audiences and not claims and len(self.problems.items) == before:
+            self.problems.add(node.child_key("audiences"), NOT_SET,
+                              "JWT authentication needs at least one of audiences or requiredClaims, or every token "
+                              "from the issuer would pass. Set e.g. `pulumi config set --path 'gateway.jwt.audiences[0]' my-api`.")
+        if len(self.problems.items) > before:
+            return None
+        return JwtSettings(issuer=issuer, jwks_uri=jwks, name=name, audiences=audiences, required_claims=claims)
+
+    def required_claims(self, key: str, raw: Any) -> tuple[tuple[str, str, tuple[str, ...]], ...]:
+        if raw is MISSING:
+            return ()
+        if not isinstance(raw, list) or len(raw) > MAX_REQUIRED_CLAIMS:
+            self.problems.add(key, raw, f"must be a list of at most {MAX_REQUIRED_CLAIMS} claims, each "
+                                        "{name, valueType: String|StringArray, values: [...]}.")
+            return ()
+        claims = []
+        for index, entry in enumerate(raw):
+            node = ConfigNode(f"{key}[{index}]", entry, {}, self.problems)
+            node.reject_unknown(CLAIM_KEYS)
+            name = node.leaf("name", self.coerce.string(), MISSING)
+            value_type = node.leaf("valueType", self.coerce.choice(("String", "StringArray")), "String")
+            values = node.leaf("values", self.coerce.string_list(self.coerce.string(_claim_value_message),
+                                                                 min_items=1, max_items=128), MISSING)
+            if values is MISSING and "values" not in node.structured:
+                self.problems.add(node.child_key("values"), NOT_SET, "is required: 1 to 128 accepted values.")
+            if MISSING not in (name, value_type, values):
+                claims.append((name, value_type, values))
+        return tuple(claims)
+
+    def pod_defaults(self, gateway: ConfigNode) -> Mapping[str, object] | None:
+        node = gateway.child("podDefaults")
+        node.reject_unknown(POD_DEFAULT_KEYS)
+        list_fields = ("tolerations", "env", "envFrom")
+        values = {}
+        for name in POD_DEFAULT_KEYS:
+            value = node.raw(name) if name in node.names() else MISSING
+            if value is MISSING:
+                continue
+            wanted = list if name in list_fields else dict
+            if not isinstance(value, wanted):
+                self.problems.add(node.child_key(name), value, f"must be {'a list' if wanted is list else 'an object'}, "
+                                                               "as in a Kubernetes pod spec.")
+                continue
+            values[name] = value
+        return frozen_mapping(values)
+
+    # -- cluster and nodes -----------------------------------------------------------------
+
+    def cluster(self, node: ConfigNode, stack: str) -> ClusterSettings:
+        node.reject_unknown(CLUSTER_KEYS)
+        c = self.coerce
+        existing = node.leaf("existing", c.boolean, False)
+        name = node.leaf("name", c.string(_cluster_name_message), MISSING)
+        if existing is True:
+            if name is MISSING and "name" not in node.names():
+                self.problems.add("cluster.name", NOT_SET, "is required with cluster.existing: the name of the EKS "
+                                                           "cluster to attach to (`pulumi config set cluster.name my-cluster`).")
+            for only_new in ("version", "vpcId", "privateSubnetIds", "publicSubnetIds", "endpointPublicAccess",
+                             "endpointPrivateAccess", "publicAccessCidrs", "systemNodes"):
+                if only_new in node.names():
+                    self.problems.add(f"cluster.{only_new}", node.structured.get(only_new, node.flat.get(only_new)),
+                                      "applies only to a cluster this stack creates; with cluster.existing the "
+                                      f"cluster is used as it is. Remove it (`pulumi config rm --path cluster.{only_new}`).")
+            return ClusterSettings(name=name if isinstance(name, str) else "", existing=True)
+        version = node.leaf("version", c.string(_eks_version_message), "1.34")
+        vpc_id = node.leaf("vpcId", c.string(_pattern_message(VPC_ID, "a VPC id such as vpc-0123456789abcdef0")), None)
+        subnet = c.string(_pattern_message(SUBNET_ID, "a subnet id such as subnet-0123456789abcdef0"))
+        private = node.leaf("privateSubnetIds", c.string_list(subnet, unique=True), ())
+        public = node.leaf("publicSubnetIds", c.string_list(subnet, unique=True), ())
+        if vpc_id and len(private) < 2:
+            self.problems.add("cluster.privateSubnetIds", list(private), "needs at least two private subnets in "
+                                                                         "different availability zones when cluster.vpcId is set.")
+        if (private or public) and not vpc_id:
+            self.problems.add("cluster.vpcId", NOT_SET, "is required when subnet ids are given; set the VPC they "
+                                                        "belong to, or remove the subnets to get a dedicated VPC.")
+        public_access = node.leaf("endpointPublicAccess", c.boolean, True)
+        private_access = node.leaf("endpointPrivateAccess", c.boolean, True)
+        if public_access is False and private_access is False:
+            self.problems.add("cluster.endpointPrivateAccess", False, "the API server must be reachable one way: "
+                                                                      "turn on endpointPrivateAccess or endpointPublicAccess.")
+        cidrs = node.leaf("publicAccessCidrs", c.string_list(c.string(_cidr_message), unique=True), ())
+        if cidrs and public_access is False:
+            self.problems.add("cluster.publicAccessCidrs", list(cidrs), "only applies with endpointPublicAccess true.")
+        system_node = node.child("systemNodes")
+        system_node.reject_unknown(NODE_GROUP_KEYS)
+        system = SystemNodeSettings(
+            instance_types=system_node.leaf("instanceTypes", c.string_list(c.string(_instance_type_message), min_items=1),
+                                            ("m6i.large",)),
+            size=self.node_group_size(system_node, NodeGroupSize(desired=2, min=1, max=3)))
+        return ClusterSettings(name=name if isinstance(name, str) else f"inference-{stack}", existing=False,
+                               version=version, vpc_id=vpc_id, private_subnet_ids=private, public_subnet_ids=public,
+                               endpoint_public_access=public_access is not False,
+                               endpoint_private_access=private_access is not False, public_access_cidrs=cidrs,
+                               system_nodes=system)
+
+    def node_group_size(self, node: ConfigNode, default: NodeGroupSize) -> NodeGroupSize:
+        count = self.coerce.integer(minimum=0, maximum=1000)
+        desired = node.leaf("desired", count, default.desired)
+        low = node.leaf("min", count, default.min)
+        high = node.leaf("max", count, default.max)
+        if MISSING in (desired, low, high):
+            return default
+        if not low <= desired <= high or high < 1:
+            self.problems.add(node.child_key("desired"), desired,
+                              f"must lie between {node.key}.min ({low}) and {node.key}.max ({high}), and max must be at least 1.")
+        return NodeGroupSize(desired=desired, min=low, max=high)
+
+    def gpu_nodes(self, node: ConfigNode, cluster: ClusterSettings) -> GpuNodeSettings | None:
+        if cluster.existing:
+            if node.is_set:
+                self.problems.add("gpuNodes", node.structured or node.flat,
+                                  "applies only to a cluster this stack creates; an existing cluster must already have "
+                                  "GPU nodes with the NVIDIA device plugin. Remove gpuNodes from this stack.")
+            return None
+        node.reject_unknown(GPU_NODE_KEYS)
+        c = self.coerce
+        ami = node.leaf("amiType", c.choice(GPU_AMI_TYPES), "AL2023_x86_64_NVIDIA")
+        time_slicing = node.leaf("timeSlicing", c.integer(minimum=1, maximum=48, hint=" 1 turns time-slicing off."), 1)
+        if isinstance(ami, str) and ami.startswith("BOTTLEROCKET") and isinstance(time_slicing, int) and time_slicing > 1:
+            self.problems.add("gpuNodes.timeSlicing", time_slicing,
+                              "is configured through the NVIDIA device plugin this stack installs on AL2023 nodes; "
+                              "Bottlerocket ships its own plugin. Use an AL2023 amiType or timeSlicing 1.")
+        result = GpuNodeSettings(
+            instance_types=node.leaf("instanceTypes", c.string_list(c.string(_instance_type_message), min_items=1),
+                                     ("g5.xlarge",)),
+            size=self.node_group_size(node, NodeGroupSize(desired=1, min=1, max=2)),
+            capacity_type=node.leaf("capacityType", c.choice(("ON_DEMAND", "SPOT")), "ON_DEMAND"),
+            disk_size_gib=node.leaf("diskSize", c.integer(minimum=50, maximum=16384, hint=" GiB; vLLM images are "
+                                                          "about 10 GiB before any model weights."), 200),
+            ami_type=ami, time_slicing=time_slicing)
+        return result
+
+    # -- advice that does not block a deployment ---------------------------------------------
+
+    def warnings(self, gateway: GatewaySettings, models: tuple[ModelSettings, ...],
+                 gpu_nodes: GpuNodeSettings | None) -> tuple[str, ...]:
+        warnings = []
+        if gateway.jwt is None:
+            warnings.append("gateway.jwt is not set: the gateway authenticates nobody, and anyone who can reach it "
+                            "can use the models. Set gateway.jwt.issuer, gateway.jwt.jwksUri and gateway.jwt.audiences.")
+        if gpu_nodes is not None and models:
+            per_node = GPUS_PER_INSTANCE.get(gpu_nodes.instance_types[0])
+            wanted = sum(m.replicas * m.gpus for m in models)
+            if per_node is not None:
+                available = per_node * gpu_nodes.time_slicing * gpu_nodes.size.max
+                if wanted > available:
+                    warnings.append(f"the models ask for {wanted} GPUs but gpuNodes.max={gpu_nodes.size.max} nodes of "
+                                    f"{gpu_nodes.instance_types[0]} give at most {available}; some replicas will stay "
+                                    "Pending. Raise gpuNodes.max or lower replicas.")
+        return tuple(warnings)
+
+
+def _subnode(top: ConfigNode, name: str) -> ConfigNode:
+    structured = top.structured.get(name, MISSING)
+    flat = {k[len(name) + 1:]: v for k, v in top.flat.items() if k.startswith(name + ".")}
+    return ConfigNode(name, structured, flat, top.problems)
+
+
+# -- string checks: each returns the fix, or None when the value is fine -----------------------
+
+def _dns_label_message(value: str, max_length: int = 63) -> str | None:
+    if len(value) > max_length:
+        return f"is {len(value)} characters; it must be at most {max_length}."
+    if not DNS_LABEL.match(value):
+        return "must be a DNS label: lower-case letters, digits and '-', starting and ending with a letter or digit."
+    return None
+
+
+def _service_name_message(value: str) -> str | None:
+    if len(value) > 63 or not DNS_1035_LABEL.match(value):
+        return ("names the Deployment and Service, so it must be a DNS-1035 label of at most 63 characters: "
+                "lower-case letters, digits and '-', starting with a letter. Set models[].deployment explicitly.")
+    return None
+
+
+def _subdomain_message(value: str) -> str | None:
+    if len(value) > 253 or not DNS_SUBDOMAIN.match(value):
+        return "must be a Kubernetes object name: lower-case letters, digits, '-' and '.', at most 253 characters."
+    return None
+
+
+def _config_map_key_message(value: str) -> str | None:
+    if len(value) > 253 or not re.match(r"^[-._a-zA-Z0-9]+$", value):
+        return "must be a ConfigMap key: letters, digits, '-', '_' and '.'."
+    return None
+
+
+def _model_name_message(value: str) -> str | None:
+    if len(value) > MAX_MODEL_NAME:
+        return f"is {len(value)} characters; the gateway accepts at most {MAX_MODEL_NAME}."
+    if value.strip() != value:
+        return "has leading or trailing spaces; requests would never match it."
+    return None
+
+
+def _vllm_image_message(value: str) -> str | None:
+    match = VLLM_IMAGE.match(value)
+    if not match:
+        return (f"must be a vllm/vllm-openai image pinned to a version tag, e.g. {DEFAULT_VLLM_IMAGE}; "
+                "a floating tag such as `latest` changes under a running stack.")
+    version = tuple(int(part) for part in match["version"].split("."))
+    if version < MIN_VLLM_VERSION:
+        return ("is older than vLLM 0.9.2, which renamed the KV-cache metric the endpoint picker reads "
+                f"(older servers are silently scored as idle). Use {DEFAULT_VLLM_IMAGE} or newer.")
+    return None
+
+
+def _managed_flag_message(value: str) -> str | None:
+    flag = value.split("=", 1)[0]
+    if flag in MANAGED_VLLM_FLAGS:
+        return (f"is set by the stack itself; use the model's own key instead (model, port, gpus, maxModelLen, "
+                "gpuMemoryUtilization). Prefix caching stays on because the gateway's prefix scorer relies on it.")
+    return None
+
+
+def _duration_message(value: str) -> str | None:
+    if not GATEWAY_DURATION.match(value):
+        return "must be a Gateway API duration such as 300s, 5m or 1h30m; 0s turns the timeout off."
+    return None
+
+
+def _https_message(value: str) -> str | None:
+    if not value.startswith("https://") or len(value) <= len("https://"):
+        return "must be an https:// URL."
+    return None
+
+
+def _claim_value_message(value: str) -> str | None:
+    return "must be 1 to 1024 characters." if len(value) > 1024 else None
+
+
+def _tls_message(value: str) -> str | None:
+    if value in ("off", "auto") or ACM_ARN.match(value):
+        return None
+    return ("must be off, auto (a certificate issued by cert-manager and imported to ACM) or an ACM certificate "
+            "ARN such as arn:aws:acm:us-west-2:123456789012:certificate/<id>.")
+
+
+def _addon_version_message(value: str) -> str | None:
+    if not ADDON_VERSION.match(value):
+        return "must be an EKS add-on version such as v2.0.0-eksbuild.2 (the first with the inference gateway)."
+    return None
+
+
+def _eks_version_message(value: str) -> str | None:
+    match = EKS_VERSION.match(value)
+    if not match or int(match[1]) < EKS_MIN_MINOR:
+        return f"must be an EKS Kubernetes version such as 1.34, at least 1.{EKS_MIN_MINOR}."
+    return None
+
+
+def _cluster_name_message(value: str) -> str | None:
+    if len(value) > 100 or not re.match(r"^[0-9A-Za-z][A-Za-z0-9\-_]*$", value):
+        return "must be an EKS cluster name: letters, digits, '-' and '_', starting with a letter or digit, at most 100."
+    return None
+
+
+def _cidr_message(value: str) -> str | None:
+    try:
+        ipaddress.ip_network(value)
+    except ValueError:
+        return "must be a CIDR block such as 203.0.113.0/24."
+    return None
+
+
+def _instance_type_message(value: str) -> str | None:
+    return None if INSTANCE_TYPE.match(value) else "must be an EC2 instance type such as g5.xlarge."
+
+
+def _pattern_message(pattern: re.Pattern, what: str):
+    def check(value: str) -> str | None:
+        return None if pattern.match(value) else f"must be {what}."
+
+    return check
+
+
+

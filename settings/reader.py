@@ -1,0 +1,248 @@
+"""Typed reading of Pulumi config values, in both forms Pulumi stores them.
+
+`pulumi config set weights.prefix 0` stores the flat key `weights.prefix` with the
+string "0"; `pulumi config set --path weights.prefix 0` stores `weights: {prefix: 0}`.
+Inside a running program every top-level value is a string (objects arrive as JSON),
+while a stack file read from disk holds native YAML values. A `ConfigNode` hides
+both differences: it answers one leaf at a time, coercing strings to the leaf's type
+and reporting a leaf set both ways with different values.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import math
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+from .errors import NOT_SET, Problem
+
+
+class _Missing:
+    def __repr__(self) -> str:
+        return "MISSING"
+
+
+MISSING: Any = _Missing()
+
+
+class Problems:
+    """Collects problems so that one run reports every bad value, not just the first."""
+
+    def __init__(self) -> None:
+        self.items: list[Problem] = []
+
+    def add(self, key: str, value: object, message: str) -> None:
+        self.items.append(Problem(key, value, message))
+
+
+def decode_json(text: str) -> Any:
+    try:
+        return json.loads(text)
+    except ValueError:
+        return MISSING
+
+
+def did_you_mean(name: str, valid: Iterable[str]) -> str:
+    close = difflib.get_close_matches(name, list(valid), n=1)
+    return f" Did you mean {close[0]!r}?" if close else ""
+
+
+class ConfigNode:
+    """An object-valued config key, seen through its structured and its flat form."""
+
+    def __init__(self, key: str, structured: Any, flat: Mapping[str, str], problems: Problems):
+        self.key = key
+        self.problems = problems
+        self.flat = dict(flat)
+        if isinstance(structured, str):
+            decoded = decode_json(structured)
+            if not isinstance(decoded, dict):
+                problems.add(key, structured, "must be an object, e.g. set keys with `pulumi config set --path "
+                             f"{key}.<field> <value>`.")
+                decoded = {}
+            structured = decoded
+        elif structured is MISSING or structured is None:
+            structured = {}
+        elif not isinstance(structured, dict):
+            problems.add(key, structured, f"must be an object with named fields, e.g. `pulumi config set --path {key}.<field> <value>`.")
+            structured = {}
+        self.structured: dict[str, Any] = structured
+
+    @property
+    def is_set(self) -> bool:
+        return bool(self.structured) or bool(self.flat)
+
+    def names(self) -> set[str]:
+        """Field names set in either form."""
+        return set(self.structured) | {k.split(".", 1)[0] for k in self.flat}
+
+    def child_key(self, name: str) -> str:
+        return f"{self.key}.{name}" if self.key else name
+
+    def child(self, name: str) -> ConfigNode:
+        prefix = name + "."
+        flat = {k[len(prefix):]: v for k, v in self.flat.items() if k.startswith(prefix)}
+        if name in self.flat:
+            self.problems.add(self.child_key(name), self.flat[name],
+                              f"is an object; set its fields one by one, e.g. `pulumi config set {self.child_key(name)}.<field> <value>`.")
+        return ConfigNode(self.child_key(name), self.structured.get(name, MISSING), flat, self.problems)
+
+    def raw(self, name: str) -> Any:
+        """The structured value of a field that has no flat form (lists of objects)."""
+        if name in self.flat:
+            decoded = decode_json(self.flat[name])
+            return self.flat[name] if decoded is MISSING else decoded
+        return self.structured.get(name, MISSING)
+
+    def leaf(self, name: str, coerce: Callable[[str, Any], Any], default: Any = None) -> Any:
+        """One field's value: flat form, structured form, or default; both forms must agree."""
+        key = self.child_key(name)
+        structured = self.structured.get(name, MISSING)
+        flat = self.flat.get(name, MISSING)
+        from_structured = MISSING if structured is MISSING else coerce(key, structured)
+        from_flat = MISSING if flat is MISSING else coerce(key, flat)
+        if from_structured is not MISSING and from_flat is not MISSING and from_structured != from_flat:
+            self.problems.add(key, flat, (
+                f"is set twice with different values: as the flat key `{NAMESPACE_PREFIX}{key}` = {flat!r} "
+                f"and inside the object `{NAMESPACE_PREFIX}{self.key}` (`--path`) as {structured!r}. "
+                f"Remove one, e.g. `pulumi config rm {key}` or `pulumi config rm --path {key}`."))
+            return MISSING
+        if from_flat is not MISSING:
+            return from_flat
+        if from_structured is not MISSING:
+            return from_structured
+        return default
+
+    def reject_unknown(self, valid: Iterable[str]) -> None:
+        valid = list(valid)
+        for name in sorted(self.names() - set(valid)):
+            value = self.structured.get(name, self.flat.get(name, MISSING))
+            self.problems.add(self.child_key(name), NOT_SET if value is MISSING else value,
+                              f"is not a known key of {self.key}.{did_you_mean(name, valid)} "
+                              f"Valid keys: {', '.join(valid)}.")
+
+
+NAMESPACE_PREFIX = "inference-gateway:"
+
+
+class Coerce:
+    """Coercions from a raw config value to a typed one; each reports its own problem and returns MISSING."""
+
+    def __init__(self, problems: Problems):
+        self.problems = problems
+
+    def _fail(self, key: str, value: Any, message: str) -> Any:
+        self.problems.add(key, value, message)
+        return MISSING
+
+    def integer(self, minimum: int | None = None, maximum: int | None = None, hint: str = "") -> Callable[[str, Any], Any]:
+        bounds = _bounds_text(minimum, maximum)
+
+        def coerce(key: str, value: Any) -> Any:
+            number: Any = MISSING
+            if isinstance(value, bool):
+                number = MISSING
+            elif isinstance(value, int):
+                number = value
+            elif isinstance(value, float) and math.isfinite(value) and value.is_integer():
+                number = int(value)
+            elif isinstance(value, str):
+                try:
+                    number = int(value.strip())
+                except ValueError:
+                    number = MISSING
+            if number is MISSING:
+                return self._fail(key, value, f"must be a whole number{bounds}.{hint}")
+            if (minimum is not None and number < minimum) or (maximum is not None and number > maximum):
+                return self._fail(key, value, f"is out of range: must be a whole number{bounds}.{hint}")
+            return number
+
+        return coerce
+
+    def number(self, above: float, at_most: float, hint: str = "") -> Callable[[str, Any], Any]:
+        def coerce(key: str, value: Any) -> Any:
+            number: Any = MISSING
+            if isinstance(value, (int, float)) and not isinstance(value, bool):
+                number = float(value)
+            elif isinstance(value, str):
+                try:
+                    number = float(value.strip())
+                except ValueError:
+                    number = MISSING
+            if number is MISSING or not math.isfinite(number) or not above < number <= at_most:
+                return self._fail(key, value, f"must be a number greater than {above:g} and at most {at_most:g}.{hint}")
+            return number
+
+        return coerce
+
+    def boolean(self, key: str, value: Any) -> Any:
+        if isinstance(value, bool):
+            return value
+        if isinstance(value, str) and value.strip().lower() in ("true", "false"):
+            return value.strip().lower() == "true"
+        return self._fail(key, value, "must be true or false.")
+
+    def string(self, check: Callable[[str], str | None] | None = None) -> Callable[[str, Any], Any]:
+        """A string; `check` returns a message (the fix) when the string is bad."""
+
+        def coerce(key: str, value: Any) -> Any:
+            if not isinstance(value, str) or not value:
+                return self._fail(key, value, "must be a non-empty string.")
+            message = check(value) if check else None
+            return self._fail(key, value, message) if message else value
+
+        return coerce
+
+    def choice(self, options: Iterable[str]) -> Callable[[str, Any], Any]:
+        options = tuple(options)
+
+        def coerce(key: str, value: Any) -> Any:
+            if isinstance(value, str) and value in options:
+                return value
+            shown = " or ".join(repr(o) for o in options)
+            hint = did_you_mean(value, options) if isinstance(value, str) else ""
+            return self._fail(key, value, f"must be {shown}.{hint}")
+
+        return coerce
+
+    def string_list(self, item: Callable[[str, Any], Any] | None = None, max_items: int | None = None,
+                    min_items: int = 0, unique: bool = False) -> Callable[[str, Any], Any]:
+        """A list of strings; a flat key may hold it as a JSON array or as comma-separated text."""
+
+        def coerce(key: str, value: Any) -> Any:
+            if isinstance(value, str):
+                decoded = decode_json(value)
+                value = decoded if isinstance(decoded, list) else [part.strip() for part in value.split(",") if part.strip()]
+            if not isinstance(value, list):
+                return self._fail(key, value, "must be a list of strings, e.g. '[\"a\", \"b\"]'.")
+            if len(value) < min_items or (max_items is not None and len(value) > max_items):
+                limit = f"between {min_items} and {max_items}" if max_items is not None else f"at least {min_items}"
+                return self._fail(key, value, f"must hold {limit} entries; it holds {len(value)}.")
+            items = []
+            for index, entry in enumerate(value):
+                entry_key = f"{key}[{index}]"
+                checked = (item or self.string())(entry_key, entry)
+                if checked is MISSING:
+                    return MISSING
+                items.append(checked)
+            if unique:
+                seen = set()
+                for index, entry in enumerate(items):
+                    if entry in seen:
+                        return self._fail(f"{key}[{index}]", entry, "appears twice; list each entry once.")
+                    seen.add(entry)
+            return tuple(items)
+
+        return coerce
+
+
+def _bounds_text(minimum: int | None, maximum: int | None) -> str:
+    if minimum is not None and maximum is not None:
+        return f" from {minimum} to {maximum}"
+    if minimum is not None:
+        return f" of at least {minimum}"
+    if maximum is not None:
+        return f" of at most {maximum}"
+    return ""

@@ -1,0 +1,279 @@
+"""Every config key the stack reads: defaults, both ways of setting weights, and every error rule."""
+
+import json
+
+import pytest
+from hypothesis import given, settings as hypothesis_settings, strategies as st
+
+from settings import DEFAULT_WEIGHTS, WEIGHT_NAMES, SettingsError, load_stack, parse_settings, parse_weight_overrides
+
+SMALL = {"name": "qwen-small", "model": "Qwen/Qwen2.5-0.5B-Instruct", "replicas": 2}
+LARGE = {"name": "qwen", "model": "Qwen/Qwen2.5-1.5B-Instruct"}
+
+
+def parse(models=(SMALL,), **config):
+    raw = {"models": json.dumps(list(models)), **config}
+    return parse_settings(raw, stack="test")
+
+
+def problems(models=(SMALL,), **config) -> str:
+    with pytest.raises(SettingsError) as caught:
+        parse(models, **config)
+    return str(caught.value)
+
+
+def test_defaults_match_the_seed():
+    settings = parse()
+    model = settings.models[0]
+    assert settings.namespace == "inference"
+    assert model.deployment == "vllm-qwen-small" and dict(model.selector) == {"app": "vllm-qwen-small"}
+    assert model.port == 8000 and model.scheduler == "llm-d" and model.gpus == 1
+    assert dict(model.weights) == {}  # nothing set: the resource carries no weights
+    assert dict(model.effective_weights) == {"queue": 2, "kvCache": 2, "prefix": 3}
+    assert settings.gateway.bbr_enabled is False and settings.gateway.name == "inference-gateway"
+
+
+def test_flat_weight_keys_are_read_as_integers_and_zero_is_kept():
+    model = parse(**{"weights.prefix": "0", "weights.queue": "3", "weights.kvCache": "2"}).models[0]
+    assert dict(model.weights) == {"prefix": 0, "queue": 3, "kvCache": 2}
+    assert model.effective_weights["prefix"] == 0
+
+
+def test_path_weights_object_is_read_the_same_way():
+    model = parse(weights=json.dumps({"prefix": 0, "queue": 3})).models[0]
+    assert dict(model.weights) == {"prefix": 0, "queue": 3}
+
+
+def test_same_weight_both_ways_with_equal_values_is_fine():
+    assert parse(**{"weights": '{"prefix": 0}', "weights.prefix": "0"}).models[0].weights["prefix"] == 0
+
+
+def test_same_weight_both_ways_with_different_values_names_both_keys():
+    message = problems(**{"weights": '{"prefix": 0}', "weights.prefix": "5"})
+    assert "inference-gateway:weights.prefix" in message and "inference-gateway:weights`" in message
+    assert "pulumi config rm" in message
+
+
+def test_per_model_weights_merge_over_gateway_weights():
+    model = parse([{**SMALL, "weights": {"queue": 7}}], **{"weights.prefix": "0", "weights.queue": "1"}).models[0]
+    assert dict(model.weights) == {"prefix": 0, "queue": 7}
+    assert model.effective_weights == {"queue": 7, "kvCache": 2, "prefix": 0}
+
+
+@pytest.mark.parametrize(("key", "value", "expected"), [
+    ("weights.prefx", "1", "Did you mean 'prefix'? Valid weights: queue, kvCache, prefix"),
+    ("weights.prefix", "-1", "non-negative integers"),
+    ("weights.prefix", "1.5", "must be a whole number"),
+    ("weights.prefix", "high", "must be a whole number"),
+])
+def test_bad_weights_are_rejected_with_the_key_and_the_fix(key, value, expected):
+    message = problems(**{key: value})
+    assert f"inference-gateway:{key} = '{value}'" in message and expected in message
+
+
+def test_bbr_off_with_several_models_is_rejected():
+    message = problems([SMALL, LARGE], **{"gateway.bbr": "false"})
+    assert "gateway.bbr = False" in message and "more than one model" in message and "gateway.bbr auto" in message
+
+
+def test_bbr_auto_turns_on_exactly_with_several_models():
+    assert parse([SMALL, LARGE]).gateway.bbr_enabled is True
+    assert parse([SMALL]).gateway.bbr_enabled is False
+
+
+def test_duplicate_model_id_is_rejected():
+    message = problems([SMALL, {**LARGE, "model": SMALL["model"]}], **{"gateway.bbr": "true"})
+    assert "models[1].model" in message and "also used by models[0]" in message and "modelName is unique" in message
+
+
+def test_duplicate_model_name_is_rejected():
+    message = problems([SMALL, {**LARGE, "name": "qwen-small"}])
+    assert "models[1].name = 'qwen-small'" in message and "also used by models[0]" in message
+
+
+def test_weights_with_picker_config_map_is_rejected():
+    message = problems([{**SMALL, "weights": {"prefix": 1}, "pickerConfigMap": {"name": "picker"}}])
+    assert "models[0].pickerConfigMap" in message and "mutually exclusive" in message
+
+
+def test_gateway_wide_weights_with_picker_config_map_is_rejected():
+    message = problems([{**SMALL, "pickerConfigMap": {"name": "picker"}}], **{"weights.prefix": "1"})
+    assert "gateway-wide" in message and "mutually exclusive" in message
+
+
+def test_picker_config_map_alone_has_no_effective_weights():
+    model = parse([{**SMALL, "pickerConfigMap": {"name": "picker"}}]).models[0]
+    assert model.effective_weights is None and model.picker_config_map.key == "default-plugins.yaml"
+
+
+def test_lru_with_epp_scheduler_is_rejected():
+    message = problems([{**SMALL, "scheduler": "epp"}], **{"weights.lru": "2"})
+    assert "models[0].scheduler = 'epp'" in message and "lru" in message and "llm-d" in message
+
+
+def test_empty_model_list_is_rejected():
+    message = problems([])
+    assert "inference-gateway:models" in message and "at least one model" in message
+
+
+def test_missing_models_key_is_rejected():
+    with pytest.raises(SettingsError, match="at least one model"):
+        parse_settings({}, stack="test")
+
+
+def test_more_than_100_schedulers_is_rejected():
+    models = [{"name": f"m{i}", "model": f"org/m{i}"} for i in range(101)]
+    assert "at most 100 schedulers" in problems(models)
+
+
+def test_long_scheduler_name_is_rejected():
+    message = problems([{**SMALL, "name": "a" * 64, "deployment": "vllm-a"}])
+    assert "is 64 characters; it must be at most 63" in message
+
+
+def test_long_model_name_is_rejected():
+    assert "at most 253" in problems([{**SMALL, "model": "m" * 254}])
+
+
+def test_too_many_lora_adapters_is_rejected():
+    message = problems([{**SMALL, "loraAdapters": [f"a{i}" for i in range(51)]}])
+    assert "models[0].loraAdapters" in message and "between 0 and 50" in message
+
+
+@pytest.mark.parametrize("port", [0, 65536])
+def test_port_out_of_range_is_rejected(port):
+    assert "from 1 to 65535" in problems([{**SMALL, "port": port}])
+
+
+@pytest.mark.parametrize("level", [-1, 6])
+def test_log_level_out_of_range_is_rejected(level):
+    message = problems([{**SMALL, "logLevel": level}])
+    assert "models[0].logLevel" in message and "from 0 to 5" in message
+
+
+@pytest.mark.parametrize(("image", "expected"), [
+    ("vllm/vllm-openai:latest", "pinned to a version tag"),
+    ("vllm/vllm-openai:v0.8.5", "older than vLLM 0.9.2"),
+    ("vllm/vllm-openai:v0.9.2", None),
+    ("123456789012.dkr.ecr.us-west-2.amazonaws.com/vllm/vllm-openai:v0.11.0", None),
+])
+def test_vllm_image_must_be_pinned_and_recent_enough(image, expected):
+    if expected is None:
+        assert parse([{**SMALL, "image": image}]).models[0].image == image
+    else:
+        assert expected in problems([{**SMALL, "image": image}])
+
+
+def test_managed_vllm_flags_are_rejected_in_extra_args():
+    assert "set by the stack itself" in problems([{**SMALL, "extraArgs": ["--port=9000"]}])
+
+
+def test_unknown_keys_are_reported_with_a_suggestion():
+    assert "Did you mean 'replicas'?" in problems([{**SMALL, "replica": 2}])
+    assert "Did you mean 'weights'?" in problems(**{"wieghts.prefix": "1"})
+    assert "Did you mean 'tls'?" in problems(**{"gateway.tsl": "auto"})
+
+
+def test_every_problem_is_reported_at_once():
+    message = problems([{**SMALL, "replicas": -1, "port": 0}], **{"weights.prefix": "-2"})
+    assert message.startswith("3 problems")
+
+
+@pytest.mark.parametrize(("tls", "rendered"), [
+    ("off", None), ("auto", ""), ("arn:aws:acm:us-west-2:123456789012:certificate/abc-123", "arn:aws:acm:us-west-2:123456789012:certificate/abc-123")])
+def test_tls_modes(tls, rendered):
+    assert parse(**{"gateway.tls": tls}).gateway.tls_acm_arn == rendered
+
+
+def test_bad_tls_is_rejected():
+    assert "ACM certificate ARN" in problems(**{"gateway.tls": "on"})
+
+
+def test_jwt_needs_https_and_an_audience_or_claim():
+    message = problems(gateway=json.dumps({"jwt": {"issuer": "http://idp", "jwksUri": "https://idp/jwks"}}))
+    assert "gateway.jwt.issuer" in message and "https://" in message
+    message = problems(gateway=json.dumps({"jwt": {"issuer": "https://idp", "jwksUri": "https://idp/jwks"}}))
+    assert "at least one of audiences or requiredClaims" in message
+
+
+def test_jwt_silences_the_open_gateway_warning():
+    open_gateway = parse()
+    assert any("authenticates nobody" in w for w in open_gateway.warnings)
+    secured = parse(gateway=json.dumps({"jwt": {"issuer": "https://idp", "jwksUri": "https://idp/jwks",
+                                                "audiences": ["api"]}}))
+    assert not any("authenticates nobody" in w for w in secured.warnings)
+    assert secured.gateway.jwt.audiences == ("api",)
+
+
+def test_gpu_node_sizes_must_be_ordered():
+    assert "must lie between gpuNodes.min (3) and gpuNodes.max (2)" in problems(
+        gpuNodes=json.dumps({"desired": 1, "min": 3, "max": 2}))
+
+
+def test_time_slicing_on_bottlerocket_is_rejected():
+    assert "Bottlerocket ships its own plugin" in problems(
+        gpuNodes=json.dumps({"amiType": "BOTTLEROCKET_x86_64_NVIDIA", "timeSlicing": 4}))
+
+
+def test_existing_cluster_needs_a_name_and_refuses_new_cluster_keys():
+    message = problems(cluster=json.dumps({"existing": True, "version": "1.34"}))
+    assert "cluster.name" in message and "cluster.version" in message and "applies only to a cluster this stack creates" in message
+    assert "gpuNodes" in problems(cluster=json.dumps({"existing": True, "name": "c"}), **{"gpuNodes.desired": "2"})
+
+
+def test_plain_text_hf_token_is_rejected_without_echoing_it():
+    with pytest.raises(SettingsError) as caught:
+        parse_settings({"models": json.dumps([SMALL]), "hfToken": "hf_abc"}, stack="test")
+    assert "--secret hfToken" in str(caught.value) and "hf_abc" not in str(caught.value)
+    settings = parse_settings({"models": json.dumps([SMALL]), "hfToken": "hf_abc"}, stack="test",
+                              secret_keys=frozenset({"hfToken"}))
+    assert settings.hf_token is True
+
+
+def test_gpu_capacity_shortfall_is_a_warning():
+    settings = parse([{**SMALL, "replicas": 5}], **{"gpuNodes.max": "2"})
+    assert any("ask for 5 GPUs" in w for w in settings.warnings)
+
+
+@pytest.mark.parametrize("stack", ["dev", "existing"])
+def test_every_stack_file_validates(stack):
+    settings = load_stack(stack)
+    assert settings.models
+
+
+def test_dev_stack_is_the_seed_topology():
+    settings = load_stack("dev")
+    assert [(m.name, m.model, m.replicas) for m in settings.models] == [
+        ("qwen", "Qwen/Qwen2.5-1.5B-Instruct", 1), ("qwen-small", "Qwen/Qwen2.5-0.5B-Instruct", 2)]
+    assert settings.gpu_nodes.size.desired >= 3
+
+
+def test_weight_overrides_for_the_routing_tools():
+    assert parse_weight_overrides("prefix=0, queue=3,kvCache=2") == {"prefix": 0, "queue": 3, "kvCache": 2}
+    with pytest.raises(SettingsError, match="Did you mean 'prefix'"):
+        parse_weight_overrides("prefx=0")
+    with pytest.raises(SettingsError, match="name=value"):
+        parse_weight_overrides("prefix")
+
+
+weight_values = st.one_of(st.integers(-5, 10), st.floats(allow_nan=True), st.text(max_size=4), st.booleans(),
+                          st.none(), st.lists(st.integers(), max_size=2))
+weight_names = st.one_of(st.sampled_from(WEIGHT_NAMES), st.text(min_size=1, max_size=8))
+
+
+@hypothesis_settings(max_examples=300, deadline=None)
+@given(structured=st.dictionaries(weight_names, weight_values, max_size=5),
+       flat=st.dictionaries(weight_names, st.one_of(st.text(max_size=4), st.integers(-3, 9).map(str)), max_size=5))
+def test_any_weight_map_is_accepted_or_rejected_with_a_clear_error(structured, flat):
+    raw = {"models": json.dumps([SMALL]), "weights": json.dumps(structured),
+           **{f"weights.{name}": value for name, value in flat.items()}}
+    try:
+        model = parse_settings(raw, stack="test").models[0]
+    except SettingsError as error:
+        assert error.problems, "a rejection must carry at least one problem"
+        for problem in error.problems:
+            assert problem.key.startswith("weights") and str(problem).startswith("inference-gateway:weights")
+        return
+    for name, value in model.weights.items():
+        assert name in WEIGHT_NAMES and isinstance(value, int) and not isinstance(value, bool) and value >= 0
+    assert set(model.effective_weights) >= set(DEFAULT_WEIGHTS)
