@@ -147,13 +147,11 @@ class _Parser:
                               f"is not a key of this project.{did_you_mean(name, TOP_LEVEL_KEYS)} "
                               f"Valid keys: {', '.join(TOP_LEVEL_KEYS)}. Remove it with `pulumi config rm {name}`.")
         namespace = top.leaf("namespace", self.coerce.string(_dns_label_message), "inference")
-        weights = self.weights(_subnode(top, "weights"))
-        cluster_node = _subnode(top, "cluster")
-        cluster = self.cluster(cluster_node, stack)
-        gpu_node = _subnode(top, "gpuNodes")
-        gpu_nodes = self.gpu_nodes(gpu_node, cluster)
+        weights = self.weights(top.child("weights"))
+        cluster = self.cluster(top.child("cluster"), stack)
+        gpu_nodes = self.gpu_nodes(top.child("gpuNodes"), cluster)
         models = self.models(top.raw("models"), weights)
-        gateway = self.gateway(_subnode(top, "gateway"), models)
+        gateway = self.gateway(top.child("gateway"), models)
         hf_token = self.hf_token(top, secret_keys)
         warnings = self.warnings(gateway, models, gpu_nodes)
         return Settings(stack=stack, namespace=namespace, models=models, gateway=gateway, cluster=cluster,
@@ -487,12 +485,6 @@ class _Parser:
                                     f"{gpu_nodes.instance_types[0]} give at most {available}; some replicas will stay "
                                     "Pending. Raise gpuNodes.max or lower replicas.")
         return tuple(warnings)
-
-
-def _subnode(top: ConfigNode, name: str) -> ConfigNode:
-    structured = top.structured.get(name, MISSING)
-    flat = {k[len(name) + 1:]: v for k, v in top.flat.items() if k.startswith(name + ".")}
-    return ConfigNode(name, structured, flat, top.problems)
 
 
 # -- string checks: each returns the fix, or None when the value is fine -----------------------

@@ -142,9 +142,7 @@ class Coerce:
 
         def coerce(key: str, value: Any) -> Any:
             number: Any = MISSING
-            if isinstance(value, bool):
-                number = MISSING
-            elif isinstance(value, int):
+            if isinstance(value, int) and not isinstance(value, bool):
                 number = value
             elif isinstance(value, float) and math.isfinite(value) and value.is_integer():
                 number = int(value)
