@@ -149,7 +149,8 @@ class Settings:
             if model.name == name:
                 return model
         names = ", ".join(m.name for m in self.models)
-        raise SettingsError([Problem("models", name, f"stack {self.stack!r} has no model named {name!r}; its models are: {names}.")])
+        raise SettingsError([Problem("--model", name, f"stack {self.stack!r} has no model named {name!r}; its models "
+                                                      f"are: {names}.", config_key=False)], where="choosing the model")
 
     @property
     def effective_weights(self) -> Mapping[str, Mapping[str, int] | None]:

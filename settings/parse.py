@@ -44,6 +44,8 @@ MAX_LORA_ADAPTERS = 50
 MAX_AUDIENCES = 8
 MAX_REQUIRED_CLAIMS = 16
 
+WEIGHT_HINT = " Weights are non-negative integers; 0 turns a scorer off."
+
 TOP_LEVEL_KEYS = ("namespace", "models", "weights", "gateway", "cluster", "gpuNodes", "hfToken")
 MODEL_KEYS = ("name", "model", "deployment", "replicas", "image", "gpus", "port", "maxModelLen",
               "gpuMemoryUtilization", "extraArgs", "scheduler", "weights", "pickerConfigMap",
@@ -104,7 +106,7 @@ def parse_settings(raw: Mapping[str, Any], *, stack: str, secret_keys: frozenset
 
 def parse_weight_overrides(text: str, *, key: str = "--weights") -> dict[str, int]:
     """`prefix=0,queue=3` into {"prefix": 0, "queue": 3}, with the stack's weight rules."""
-    problems = Problems()
+    problems = Problems(config_keys=False)
     coerce = Coerce(problems)
     weights: dict[str, int] = {}
     for part in (p.strip() for p in text.split(",")):
@@ -117,11 +119,11 @@ def parse_weight_overrides(text: str, *, key: str = "--weights") -> dict[str, in
             problems.add(f"{key} {name}", value, f"is not a scorer weight.{did_you_mean(name, WEIGHT_NAMES)} "
                                                  f"Valid weights: {', '.join(WEIGHT_NAMES)}.")
             continue
-        number = coerce.integer(minimum=0)(f"{key} {name}", value)
+        number = coerce.integer(minimum=0, hint=WEIGHT_HINT)(f"{key} {name}", value)
         if number is not MISSING:
             weights[name] = number
     if problems.items:
-        raise SettingsError(problems.items)
+        raise SettingsError(problems.items, where=f"in {key}")
     return weights
 
 
@@ -173,7 +175,7 @@ class _Parser:
         for name in sorted(node.names() - set(WEIGHT_NAMES)):
             self.problems.add(node.child_key(name), node.structured.get(name, node.flat.get(name, NOT_SET)),
                               f"is not a scorer weight.{did_you_mean(name, WEIGHT_NAMES)} Valid weights: {', '.join(WEIGHT_NAMES)}.")
-        weight = self.coerce.integer(minimum=0, hint=" Weights are non-negative integers; 0 turns a scorer off.")
+        weight = self.coerce.integer(minimum=0, hint=WEIGHT_HINT)
         weights = {}
         for name in WEIGHT_NAMES:
             value = node.leaf(name, weight, MISSING)

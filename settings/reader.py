@@ -30,11 +30,12 @@ MISSING: Any = _Missing()
 class Problems:
     """Collects problems so that one run reports every bad value, not just the first."""
 
-    def __init__(self) -> None:
+    def __init__(self, config_keys: bool = True) -> None:
         self.items: list[Problem] = []
+        self.config_keys = config_keys
 
     def add(self, key: str, value: object, message: str) -> None:
-        self.items.append(Problem(key, value, message))
+        self.items.append(Problem(key, value, message, config_key=self.config_keys))
 
 
 def decode_json(text: str) -> Any:
