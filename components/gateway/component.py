@@ -24,5 +24,8 @@ class Gateway(pulumi.ComponentResource):
             spec=manifest["spec"],
             opts=pulumi.ResourceOptions(parent=self),
         )
-        self.name = self.config.metadata.apply(lambda metadata: metadata["name"])
+        # The name is known up front; tying it to the resource's id makes the output resolve
+        # only once the gateway exists (and has reported Ready).
+        gateway_name = settings.gateway.name
+        self.name = self.config.id.apply(lambda _: gateway_name)
         self.register_outputs({"name": self.name})

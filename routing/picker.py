@@ -1,0 +1,399 @@
+"""A model of the gateway's endpoint picker: which pod a request goes to, and why.
+
+It follows llm-d router v0.10.0 (LDR), the picker the HyperPod `llm-d` scheduler runs, with
+the scorers the InferenceGatewayConfig `weights` field switches on. Citations name the
+upstream file each formula comes from (shared/reference/endpoint-picker-upstream.md
+section 3). The picker sees only what it scrapes from each pod's /metrics (`PodMetrics`) and
+the request body; it never sees the servers' real prefix caches, only its own guess of them.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from collections import OrderedDict
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Any, Mapping, Protocol, Sequence
+
+from settings import WEIGHT_NAMES
+
+from .prefix import go_json, picker_block_hashes, picker_block_size, pseudo_token_bytes
+
+__all__ = [
+    "WEIGHT_NAMES", "PodMetrics", "Request", "Decision", "Picker", "EndpointPicker", "RoundRobinPicker",
+    "PickerConfigError",
+]
+
+# LDR approximateprefix/types.go@v0.10.0 defaults.
+DEFAULT_BLOCK_SIZE_TOKENS = 16
+DEFAULT_LRU_CAPACITY_PER_SERVER = 31250
+DEFAULT_MAX_PREFIX_TOKENS = 131072
+# LDR scorer/nohitlru/no_hit_lru.go@v0.10.0 (defaultLRUSize).
+DEFAULT_LRU_SIZE = 1024
+
+
+class PickerConfigError(ValueError):
+    """Weights or parameters the picker (or this model of it) cannot run with."""
+
+
+@dataclass(frozen=True)
+class PodMetrics:
+    """What the picker knows about one pod, from its /metrics scrape."""
+
+    name: str
+    waiting: int = 0  # vllm:num_requests_waiting
+    running: int = 0  # vllm:num_requests_running
+    kv_usage: float = 0.0  # vllm:kv_cache_usage_perc, 0..1
+    # vllm:lora_requests_info labels running_lora_adapters, waiting_lora_adapters, max_lora
+    running_loras: frozenset[str] = frozenset()
+    waiting_loras: frozenset[str] = frozenset()
+    max_lora: int = 0
+    # vllm:cache_config_info labels block_size, num_gpu_blocks (what autoTune reads)
+    block_size: int | None = None
+    num_gpu_blocks: int | None = None
+
+
+@dataclass(frozen=True)
+class Request:
+    """One request as the picker sees it.
+
+    `prompt` is the text the estimate token backend packs into pseudo-tokens (for chat, its
+    flattening of the messages; see `from_openai_body`). `lora` names the adapter a request
+    targets; the picker's target model (LoRA affinity, and the first block's hash) is then
+    the adapter, as it is when an OpenAI body's `model` names an adapter.
+    """
+
+    model: str
+    prompt: str
+    lora: str | None = None
+
+    @property
+    def target_model(self) -> str:
+        return self.lora or self.model
+
+    @classmethod
+    def from_openai_body(cls, body: Mapping[str, Any]) -> Request:
+        """A /v1/completions or /v1/chat/completions body, as the estimate backend reads it.
+
+        Completions: the prompt text. Chat: json(tools) when there are tools, then each
+        message's role followed by its text (LDR tokenizer/estimate.go@v0.10.0
+        chatCompletionsBytes, appendChatMessage). Raises ValueError for what it cannot read.
+        """
+        model = body.get("model")
+        if not isinstance(model, str) or not model:
+            raise ValueError(f"`model` must be a non-empty string, got {model!r}")
+        if "messages" in body:
+            return cls(model=model, prompt=_chat_text(body))
+        if "prompt" in body:
+            return cls(model=model, prompt=_completions_text(body["prompt"]))
+        raise ValueError("the body has neither `prompt` (a /v1/completions request) nor `messages` "
+                         "(a /v1/chat/completions request)")
+
+
+def _completions_text(prompt: Any) -> str:
+    if isinstance(prompt, str):
+        return prompt
+    if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str):
+        return prompt[0]
+    raise ValueError("`prompt` must be a string (or a list of one string); lists of several prompts and "
+                     "token-ID prompts are not modelled")
+
+
+def _chat_text(body: Mapping[str, Any]) -> str:
+    messages = body["messages"]
+    if not isinstance(messages, list):
+        raise ValueError(f"`messages` must be a list, got {type(messages).__name__}")
+    parts = []
+    tools = body.get("tools")
+    if tools:
+        parts.append(go_json(tools))
+    for index, message in enumerate(messages):
+        if not isinstance(message, Mapping):
+            raise ValueError(f"`messages[{index}]` must be an object, got {json.dumps(message)[:60]}")
+        parts.append(str(message.get("role") or ""))
+        parts.append(_content_text(message.get("content"), index))
+    return "".join(parts)
+
+
+def _content_text(content: Any, index: int) -> str:
+    if content is None or isinstance(content, str):
+        return content or ""
+    if not isinstance(content, list):
+        raise ValueError(f"`messages[{index}].content` must be a string or a list of parts")
+    texts = []
+    for part in content:
+        kind = part.get("type") if isinstance(part, Mapping) else None
+        if kind != "text":
+            # The estimate backend folds images, audio and video in as placeholder tokens
+            # whose count depends on its media estimators; not modelled here.
+            raise ValueError(f"`messages[{index}].content` has a {kind!r} part; only text parts are modelled")
+        texts.append(str(part.get("text", "")))
+    return "".join(texts)
+
+
+@dataclass(frozen=True)
+class Decision:
+    """One pick, with the evidence.
+
+    `scores` holds each non-zero-weight scorer's raw score per pod (before clamping);
+    `totals` the weighted sum the picker maximised; `match_blocks`/`total_blocks` the prefix
+    index's view of the request (empty/0 when no scorer needs it).
+    """
+
+    pod: str
+    totals: Mapping[str, float]
+    scores: Mapping[str, Mapping[str, float]]
+    match_blocks: Mapping[str, int]
+    total_blocks: int
+
+
+class Picker(Protocol):
+    def pick(self, request: Request, pods: Sequence[PodMetrics]) -> Decision: ...
+
+
+def validate_weights(weights: Mapping[str, Any]) -> Mapping[str, float]:
+    """The weights as the picker will use them, or PickerConfigError naming every bad one."""
+    problems = []
+    for name, value in weights.items():
+        if name not in WEIGHT_NAMES:
+            problems.append(f"{name}={value!r}: not a scorer weight; valid weights: {', '.join(WEIGHT_NAMES)}")
+        elif isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0:
+            problems.append(f"{name}={value!r}: weights are non-negative numbers, e.g. {name}=2")
+        elif name == "predictedLatency" and value > 0:
+            # The latency scorer ranks pods by a trained latency predictor (sidecar models fed
+            # by live traffic); nothing here can stand in for its predictions.
+            problems.append(f"predictedLatency={value!r}: the predicted-latency scorer depends on the picker's "
+                            "trained latency-predictor sidecars, which this model does not reproduce; set "
+                            "predictedLatency=0 to model the other scorers")
+    if problems:
+        raise PickerConfigError("weights: " + "; ".join(problems))
+    return MappingProxyType({name: float(weights[name]) for name in WEIGHT_NAMES if weights.get(name)})
+
+
+def _min_max_scores(values: Mapping[str, int]) -> dict[str, float]:
+    # LDR scorer/queuedepth/queue.go and scorer/runningrequests/runningrequest.go@v0.10.0:
+    # (max - v) / (max - min); all equal is neutral, 1.0.
+    low, high = min(values.values()), max(values.values())
+    if low == high:
+        return {name: 1.0 for name in values}
+    return {name: (high - value) / (high - low) for name, value in values.items()}
+
+
+def _lora_score(pod: PodMetrics, target: str) -> float:
+    # LDR scorer/loraaffinity/lora_affinity.go@v0.10.0. The capacity test counts the running
+    # and the waiting adapter sets separately, as upstream adds the two map sizes.
+    if target in pod.running_loras:
+        return 1.0
+    if len(pod.running_loras) + len(pod.waiting_loras) < pod.max_lora:
+        return 0.8
+    if target in pod.waiting_loras:
+        return 0.6
+    return 0.0
+
+
+class PrefixIndex:
+    """The approximate prefix-cache producer's guess of which pod holds which block.
+
+    LDR dataproducer/approximateprefix/indexer.go@v0.10.0: a hash→pods map plus one LRU of
+    block hashes per pod. A pod's LRU capacity is fixed when its LRU is first created.
+    """
+
+    def __init__(self) -> None:
+        self._pods_by_hash: dict[int, set[str]] = {}
+        self._lru_by_pod: dict[str, OrderedDict[int, None]] = {}
+        self._capacity_by_pod: dict[str, int] = {}
+
+    def match(self, hashes: Sequence[int]) -> dict[str, int]:
+        """Blocks matched per pod: walk from block 0, stop at the first block no pod holds, and
+        credit every pod holding each block on the way (approximateprefix/plugin.go
+        matchLongestPrefix). A pod need not hold an unbroken run to be credited."""
+        matched: dict[str, int] = {}
+        for block_hash in hashes:
+            pods = self._pods_by_hash.get(block_hash)
+            if not pods:
+                break
+            for pod in pods:
+                matched[pod] = matched.get(pod, 0) + 1
+        return matched
+
+    def add(self, hashes: Sequence[int], pod: str, capacity: int) -> None:
+        """Records that `pod` now holds `hashes` (PreRequest, before the response exists).
+
+        Mirrors upstream's two passes: every hash goes into the pod's LRU first (evicting, and
+        dropping the evicted hash's pod from the map), then every hash goes into the map. So a
+        request with more blocks than the capacity leaves map entries its LRU no longer holds,
+        exactly as upstream does.
+        """
+        lru = self._lru_by_pod.get(pod)
+        if lru is None:
+            lru = self._lru_by_pod[pod] = OrderedDict()
+            self._capacity_by_pod[pod] = capacity
+        limit = self._capacity_by_pod[pod]
+        for block_hash in hashes:
+            if block_hash in lru:
+                lru.move_to_end(block_hash)
+                continue
+            lru[block_hash] = None
+            if len(lru) > limit:
+                evicted, _ = lru.popitem(last=False)
+                holders = self._pods_by_hash.get(evicted)
+                if holders is not None:
+                    holders.discard(pod)
+                    if not holders:
+                        del self._pods_by_hash[evicted]
+        for block_hash in hashes:
+            self._pods_by_hash.setdefault(block_hash, set()).add(pod)
+
+    def capacity(self, pod: str) -> int | None:
+        """The LRU capacity fixed for `pod`, or None before its first request."""
+        return self._capacity_by_pod.get(pod)
+
+    def blocks_held(self, pod: str) -> int:
+        return len(self._lru_by_pod.get(pod, ()))
+
+
+class EndpointPicker:
+    """The llm-d picker with a `weights` profile: score every pod, take the best, remember.
+
+    Each `pick` runs what the picker does per request: the approximate prefix producer
+    (hash the request, match it against the index), the weighted scorers, the max-score
+    picker, then PreRequest (record the request's blocks for the chosen pod, and move the
+    pod in the no-hit LRU when the request was cold). Requests are assumed to arrive one at a
+    time, each pick seeing the index updates of all earlier ones.
+    """
+
+    def __init__(self, weights: Mapping[str, int], *, seed: int | None = None,
+                 block_size_tokens: int = DEFAULT_BLOCK_SIZE_TOKENS, auto_tune: bool = True,
+                 lru_capacity_per_server: int = DEFAULT_LRU_CAPACITY_PER_SERVER,
+                 max_prefix_tokens: int = DEFAULT_MAX_PREFIX_TOKENS, lru_size: int = DEFAULT_LRU_SIZE):
+        self.weights = validate_weights(weights)
+        for option, value in (("block_size_tokens", block_size_tokens),
+                              ("lru_capacity_per_server", lru_capacity_per_server),
+                              ("max_prefix_tokens", max_prefix_tokens), ("lru_size", lru_size)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise PickerConfigError(f"{option}={value!r}: must be a whole number of at least 1")
+        self.block_size_tokens = block_size_tokens
+        self.auto_tune = auto_tune
+        self.lru_capacity_per_server = lru_capacity_per_server
+        self.max_prefix_tokens = max_prefix_tokens
+        self.lru_size = lru_size
+        self.prefix_index = PrefixIndex()
+        # No-hit LRU of pod names, least recently used first (scorer/nohitlru/no_hit_lru.go).
+        self._cold_lru: OrderedDict[str, None] = OrderedDict()
+        self._rng = random.Random(seed)
+        # Both the prefix scorer and the no-hit LRU scorer (cold or warm?) read the prefix
+        # producer's match info; with neither weighted, nothing reads it.
+        self._tracks_prefixes = bool(self.weights.get("prefix") or self.weights.get("lru"))
+
+    def pick(self, request: Request, pods: Sequence[PodMetrics]) -> Decision:
+        if not pods:
+            raise ValueError("no candidate pods: the pool's selector matches no ready pod")
+        names = [pod.name for pod in pods]
+        if len(set(names)) != len(names):
+            raise ValueError(f"pod names must be unique, got {names}")
+
+        hashes: list[int] = []
+        match_blocks: dict[str, int] = {}
+        if self._tracks_prefixes:
+            # Upstream hashes a request once, with the block size of the *first* candidate
+            # (approximateprefix/plugin.go GetBlockSize: endpoints[0]); pods reporting another
+            # block size are matched with that one too. Pods of one Deployment agree anyway.
+            block_tokens = picker_block_size(self.block_size_tokens, pods[0].block_size, self.auto_tune)
+            hashes = picker_block_hashes(request.target_model, pseudo_token_bytes(request.prompt), block_tokens,
+                                         self.max_prefix_tokens // block_tokens)
+            matched = self.prefix_index.match(hashes)
+            match_blocks = {name: matched.get(name, 0) for name in names}
+        cold = not any(match_blocks.values())
+
+        scores = {name: self._score(name, request, pods, match_blocks, len(hashes), cold) for name in self.weights}
+        # LDR scheduling/scheduler_profile.go@v0.10.0 runScorerPlugins: total = Σ weight·clamp(score)
+        # (enforceScoreRange clamps to [0, 1]), no normalising, accumulated scorer by scorer.
+        totals = dict.fromkeys(names, 0.0)
+        for scorer, weight in self.weights.items():
+            for pod, score in scores[scorer].items():
+                totals[pod] += weight * (0.0 if score < 0.0 else 1.0 if score > 1.0 else score)
+
+        # LDR picker/maxscore/picker.go@v0.10.0: shuffle, then stable sort by score, highest
+        # first, so equal totals are broken uniformly at random.
+        order = list(names)
+        self._rng.shuffle(order)
+        order.sort(key=lambda name: -totals[name])
+        chosen = order[0]
+
+        if self._tracks_prefixes:
+            chosen_pod = pods[names.index(chosen)]
+            self.prefix_index.add(hashes, chosen, self._lru_capacity(chosen_pod))
+        if "lru" in self.weights and cold:
+            self._cold_lru.pop(chosen, None)
+            self._cold_lru[chosen] = None
+            if len(self._cold_lru) > self.lru_size:
+                self._cold_lru.popitem(last=False)
+
+        return Decision(pod=chosen, totals=MappingProxyType(totals),
+                        scores=MappingProxyType({k: MappingProxyType(v) for k, v in scores.items()}),
+                        match_blocks=MappingProxyType(match_blocks), total_blocks=len(hashes))
+
+    def _lru_capacity(self, pod: PodMetrics) -> int:
+        # approximateprefix/plugin.go makeserver: num_gpu_blocks under autoTune when reported.
+        # That counts vLLM blocks (16 tokens on GPUs) while the index holds blocks of at least
+        # 64 tokens, so upstream's index can remember up to 4x what the pod really caches.
+        if self.auto_tune and pod.num_gpu_blocks is not None and pod.num_gpu_blocks > 0:
+            return pod.num_gpu_blocks
+        return self.lru_capacity_per_server
+
+    def _score(self, scorer: str, request: Request, pods: Sequence[PodMetrics], match_blocks: Mapping[str, int],
+               total_blocks: int, cold: bool) -> dict[str, float]:
+        if scorer == "queue":
+            return _min_max_scores({pod.name: pod.waiting for pod in pods})
+        if scorer == "runningRequests":
+            return _min_max_scores({pod.name: pod.running for pod in pods})
+        if scorer == "kvCache":
+            # LDR scorer/kvcacheutilization/kvcache_utilization.go@v0.10.0: not normalised.
+            return {pod.name: 1.0 - pod.kv_usage for pod in pods}
+        if scorer == "prefix":
+            # LDR scorer/prefix/plugin.go@v0.10.0 with matchLengthWeight 0 (its default, and
+            # HyperPod's weights field has no way to set it): matched / total blocks.
+            return {pod.name: (match_blocks[pod.name] / total_blocks if total_blocks else 0.0) for pod in pods}
+        if scorer == "loraAffinity":
+            return {pod.name: _lora_score(pod, request.target_model) for pod in pods}
+        if scorer == "lru":
+            return self._no_hit_lru_scores(pods, cold)
+        raise AssertionError(f"validate_weights let through {scorer!r}")
+
+    def _no_hit_lru_scores(self, pods: Sequence[PodMetrics], cold: bool) -> dict[str, float]:
+        # LDR scorer/nohitlru/no_hit_lru.go@v0.10.0. Warm requests (some pod matched a block)
+        # are neutral. Cold ones favour pods that never took a cold request (in candidate
+        # order), then the least recently used; rank = never-used count + position in the
+        # whole LRU (which may hold pods that are no longer candidates), clamped at 0.
+        if not cold:
+            return {pod.name: 0.5 for pod in pods}
+        if len(pods) == 1:
+            return {pods[0].name: 1.0}
+        position = {name: index for index, name in enumerate(self._cold_lru)}
+        never_used = [pod.name for pod in pods if pod.name not in position]
+        scores = {name: 1.0 - rank / (len(pods) - 1) for rank, name in enumerate(never_used)}
+        for pod in pods:
+            if pod.name in position:
+                rank = len(never_used) + position[pod.name]
+                scores[pod.name] = max(0.0, 1.0 - rank / (len(pods) - 1))
+        return scores
+
+
+class RoundRobinPicker:
+    """The Kubernetes Service baseline the seed page compares against: pods in turn.
+
+    (kube-proxy's iptables mode actually picks uniformly at random; round-robin is the
+    page's description and the even split both converge to.)
+    """
+
+    def __init__(self) -> None:
+        self._next = 0
+
+    def pick(self, request: Request, pods: Sequence[PodMetrics]) -> Decision:
+        if not pods:
+            raise ValueError("no candidate pods: the Service has no ready endpoints")
+        chosen = pods[self._next % len(pods)].name
+        self._next += 1
+        empty = MappingProxyType({})
+        return Decision(pod=chosen, totals=empty, scores=empty, match_blocks=empty, total_blocks=0)

@@ -1,0 +1,239 @@
+"""`python -m routing predict`: where the endpoint picker will send a workload, before deploying.
+
+Replays the workload, serially, through three fleets of simulated vLLM servers: one routed by
+the endpoint picker with the stack's weights, one by round-robin (a plain Kubernetes
+Service), and a single pod with a cache that never evicts, which gives the best hit rate any
+placement could reach.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+from settings import DEFAULT_WEIGHTS, SettingsError, load_stack, parse_weight_overrides
+
+from .picker import EndpointPicker, PickerConfigError, RoundRobinPicker
+from .prefix import EstimateTokenizer, HFTokenizerFile, Tokenizer, TokenizerFileError
+from .simulate import (DEFAULT_BLOCK_SIZE, DEFAULT_CAPACITY_BLOCKS, SimulatedServer, SimulationResult,
+                       simulate_side_by_side)
+from .workloads import BUILTIN_WORKLOADS, WorkloadError, load_workload, to_requests
+
+
+class PredictError(ValueError):
+    """Options predict cannot work with, with the fix."""
+
+
+@dataclass(frozen=True)
+class Prediction:
+    picker: SimulationResult
+    round_robin: SimulationResult
+    best: SimulationResult
+    # Blocks the never-evicting pod ends up holding: the workload's distinct full blocks.
+    best_cache_blocks: int
+    capacity_blocks: int | None
+
+    @property
+    def best_fits_one_pod(self) -> bool:
+        """Whether one pod's cache holds the whole workload, so sending everything there reaches
+        bestHitRate; otherwise bestHitRate is an upper bound that may be out of reach."""
+        return self.capacity_blocks is None or self.best_cache_blocks <= self.capacity_blocks
+
+    def to_json(self) -> dict:
+        return {**self.picker.to_json(), "roundRobin": self.round_robin.to_json(), "bestHitRate": self.best.hit_rate}
+
+
+def run_prediction(workload: Sequence[Mapping[str, Any]], *, weights: Mapping[str, int], replicas: int,
+                   pod_prefix: str = "pod", block_size: int = DEFAULT_BLOCK_SIZE,
+                   capacity_blocks: int | None = DEFAULT_CAPACITY_BLOCKS, tokenizer: Tokenizer | None = None,
+                   seed: int | None = None) -> Prediction:
+    """Replays `workload` (OpenAI request bodies) onto `replicas` pods named `<pod_prefix>-<i>`."""
+    if isinstance(replicas, bool) or not isinstance(replicas, int) or replicas < 1:
+        raise PredictError(f"replicas={replicas!r}: must be a whole number of at least 1 (--replicas N)")
+    requests = to_requests(workload)
+    if not requests:
+        raise WorkloadError("the workload has no requests")
+    picker = EndpointPicker(weights, seed=seed)
+
+    def fleet(count: int) -> list[SimulatedServer]:
+        return [SimulatedServer(f"{pod_prefix}-{i}", block_size, capacity_blocks) for i in range(count)]
+
+    # The best any placement could do: a request can only hit blocks some earlier request left
+    # in a cache, and at most its longest full-block prefix shared with any earlier request.
+    # One pod whose cache never evicts holds every earlier block, so serving everything there
+    # reaches that maximum for every request at once: an upper bound for any number of pods.
+    # When capacity binds (the workload's blocks outgrow one pod) real pods evict, so the
+    # bound may not be reachable by any placement; `best_fits_one_pod` says which case it is.
+    best_pod = SimulatedServer(f"{pod_prefix}-unbounded", block_size, capacity_blocks=None)
+    picked, round_robin, best = simulate_side_by_side(
+        requests, [(fleet(replicas), picker), (fleet(replicas), RoundRobinPicker()), ([best_pod], RoundRobinPicker())],
+        tokenizer or EstimateTokenizer())
+    return Prediction(picker=picked, round_robin=round_robin, best=best, best_cache_blocks=best_pod.cached_blocks,
+                      capacity_blocks=capacity_blocks)
+
+
+def predict(workload: Sequence[Mapping[str, Any]], **options: Any) -> dict:
+    """`run_prediction(workload, **options)` as the JSON `predict --json` prints:
+    {"pods": [{"pod", "requests", "hits", "queries", "hitRate"}], "hitRate",
+     "roundRobin": {"pods": [...], "hitRate"}, "bestHitRate"} — hits and queries in tokens,
+    hit rates None where there were no queries."""
+    return run_prediction(workload, **options).to_json()
+
+
+# -- command line ---------------------------------------------------------------------------
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} must be at least 1")
+    return value
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "predict", help="predict where the endpoint picker sends a workload, and the prefix-cache hit rates",
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    where = parser.add_mutually_exclusive_group(required=True)
+    where.add_argument("--stack", help="stack to read (stacks/Pulumi.<stack>.yaml): its model's replicas and weights")
+    where.add_argument("--pods", type=_positive_int, metavar="N",
+                       help="no stack: N pods with the controller's default weights (queue 2, kvCache 2, prefix 3)")
+    parser.add_argument("--model", help="the stack's model entry by name, e.g. qwen-small (default: its only model)")
+    parser.add_argument("--workload", default="seed-shared",
+                        help=f"{', '.join(BUILTIN_WORKLOADS)}, or a .jsonl file of OpenAI request bodies "
+                             "(default: seed-shared)")
+    parser.add_argument("--weights", metavar="NAME=N,...",
+                        help="override weights, e.g. prefix=0,queue=3,kvCache=2 (merged over the stack's)")
+    parser.add_argument("--replicas", type=_positive_int, metavar="N", help="override the stack's replica count")
+    parser.add_argument("--block-size", type=_positive_int, default=DEFAULT_BLOCK_SIZE, metavar="TOKENS",
+                        help=f"vLLM's KV block size (default {DEFAULT_BLOCK_SIZE}, the GPU default; 128 on CPU)")
+    parser.add_argument("--capacity-blocks", type=_positive_int, default=DEFAULT_CAPACITY_BLOCKS, metavar="N",
+                        help=f"KV cache blocks per pod, the '# GPU blocks' vLLM logs (default {DEFAULT_CAPACITY_BLOCKS})")
+    parser.add_argument("--tokenizer", metavar="PATH",
+                        help="the model's tokenizer.json (or its directory) to count tokens exactly "
+                             "(default: estimate ~4 characters per token)")
+    parser.add_argument("--seed", type=int, help="seed for the picker's tie-breaking (default: random, printed)")
+    parser.add_argument("--json", action="store_true", help="print the prediction as JSON")
+    parser.add_argument("--stacks-dir", type=Path, help="where the stack files are (default: the repo's stacks/)")
+    parser.set_defaults(func=run)
+
+
+@dataclass(frozen=True)
+class _Target:
+    title: str  # the report's first words: what is being predicted
+    pod_prefix: str
+    served_model: str | None  # None: keep each body's model
+    weights: Mapping[str, int]
+    replicas: int
+    caveats: tuple[str, ...] = ()
+
+
+def _target(args: argparse.Namespace) -> _Target:
+    overrides = parse_weight_overrides(args.weights) if args.weights else {}
+    if args.pods is not None:
+        for option in ("model", "replicas", "stacks_dir"):
+            if getattr(args, option) is not None:
+                raise PredictError(f"--{option.replace('_', '-')} needs --stack; with --pods {args.pods} "
+                                   "there is no stack to read. Drop one of the two.")
+        return _Target("Prediction without a stack", "pod", None, {**DEFAULT_WEIGHTS, **overrides}, args.pods)
+
+    settings = load_stack(args.stack, args.stacks_dir)
+    if args.model is None:
+        if len(settings.models) != 1:
+            names = ", ".join(m.name for m in settings.models)
+            raise PredictError(f"--model: stack {args.stack!r} has {len(settings.models)} models ({names}); "
+                               "name one, e.g. --model " + settings.models[0].name)
+        model = settings.models[0]
+    else:
+        model = settings.model_named(args.model)
+    if model.effective_weights is None:
+        config_map = model.picker_config_map
+        raise PredictError(f"model {model.name!r} in stack {args.stack!r} uses a custom picker ConfigMap "
+                           f"({config_map.name}, key {config_map.key}); predict models only the weights field. "
+                           f"To predict with explicit weights, use --pods {model.replicas or 2} --weights ...")
+    weights = {**model.effective_weights, **overrides}
+    if model.scheduler != "llm-d" and weights.get("lru"):
+        raise PredictError(f"--weights lru={weights['lru']}: the lru weight exists only with scheduler llm-d, and "
+                           f"model {model.name!r} uses {model.scheduler!r}. Drop lru or set the model's scheduler.")
+    replicas = args.replicas if args.replicas is not None else model.replicas
+    if replicas < 1:
+        raise PredictError(f"model {model.name!r} has replicas {replicas} in stack {args.stack!r}: no pod to route "
+                           "to. Pass --replicas N to predict for N pods.")
+    caveats = ()
+    if model.scheduler == "epp":
+        caveats = ("scheduler epp: modelled with the llm-d router v0.10 scorers; which upstream release HyperPod's "
+                   "epp scheduler runs is not documented",)
+    return _Target(f"Prediction for stack {args.stack}, model {model.name} ({model.model})", model.name, model.model,
+                   weights, replicas, caveats)
+
+
+def run(args: argparse.Namespace) -> int:
+    seed = args.seed if args.seed is not None else random.SystemRandom().randrange(2 ** 32)
+    try:
+        target = _target(args)
+        workload = load_workload(args.workload, target.served_model)
+        tokenizer = HFTokenizerFile(args.tokenizer) if args.tokenizer else EstimateTokenizer()
+        prediction = run_prediction(workload, weights=target.weights, replicas=target.replicas,
+                                    pod_prefix=target.pod_prefix, block_size=args.block_size,
+                                    capacity_blocks=args.capacity_blocks, tokenizer=tokenizer, seed=seed)
+    except (SettingsError, PredictError, WorkloadError, PickerConfigError, TokenizerFileError) as error:
+        print(f"predict: {error}", file=sys.stderr)
+        return 2
+    notes = [f"picker seed {seed}" + ("" if args.seed is not None else f" (repeat with --seed {seed})"),
+             f"tokens {tokenizer.description}", *target.caveats]
+    if args.json:
+        print(json.dumps(prediction.to_json(), indent=2))
+        for note in notes:
+            print(f"predict: {note}", file=sys.stderr)
+        return 0
+    print(format_prediction(prediction, target=target, workload=args.workload, requests=len(workload),
+                            block_size=args.block_size, notes=notes))
+    return 0
+
+
+def _percent(rate: float | None) -> str:
+    return "-" if rate is None else f"{rate:.1%}"
+
+
+def _table(result: SimulationResult) -> list[str]:
+    width = max(len("all"), *(len(pod.pod) for pod in result.pods))
+    lines = [f"  {'pod':<{width}}  {'requests':>8}  {'hits':>9}  {'queries':>9}  {'hit rate':>8}"]
+    for pod in result.pods:
+        lines.append(f"  {pod.pod:<{width}}  {pod.requests:>8}  {pod.hits:>9}  {pod.queries:>9}  "
+                     f"{_percent(pod.hit_rate):>8}")
+    total = sum(pod.requests for pod in result.pods)
+    lines.append(f"  {'all':<{width}}  {total:>8}  {result.hits:>9}  {result.queries:>9}  "
+                 f"{_percent(result.hit_rate):>8}")
+    return lines
+
+
+def format_prediction(prediction: Prediction, *, target: _Target, workload: str, requests: int, block_size: int,
+                      notes: Sequence[str]) -> str:
+    weights = " ".join(f"{name}={value}" for name, value in target.weights.items())
+    capacity = "unbounded" if prediction.capacity_blocks is None else f"{prediction.capacity_blocks} blocks"
+    lines = [
+        f"{target.title}: {target.replicas} pods, workload {workload} ({requests} requests, serial)",
+        f"  picker: llm-d router v0.10 scorers, weights {weights}",
+        f"  servers: vLLM prefix caching, block size {block_size} tokens, {capacity} of KV cache per pod",
+        *(f"  {note}" for note in notes),
+        "",
+        "Endpoint picker (hits and queries in tokens)",
+        *_table(prediction.picker),
+        "",
+        "Round-robin (a plain Kubernetes Service)",
+        *_table(prediction.round_robin),
+        "",
+        f"bestHitRate {_percent(prediction.best.hit_rate)}: every request served where the longest earlier "
+        "prefix is cached (all on one pod whose cache never evicts).",
+    ]
+    if not prediction.best_fits_one_pod:
+        lines.append(f"  An upper bound only: the workload fills {prediction.best_cache_blocks} blocks, more than "
+                     f"one pod's {prediction.capacity_blocks}, so pods evict and no placement may reach it.")
+    return "\n".join(lines)

@@ -1,0 +1,167 @@
+"""Tokens and prefix-block hashes, on both sides of the gateway.
+
+Two different views of one prompt live here:
+
+- what the endpoint picker hashes: with no tokenizer configured, llm-d's `estimate` token
+  backend packs the request's UTF-8 bytes into pseudo-tokens of 4 bytes each and the
+  approximate prefix-cache producer hashes blocks of those (`picker_block_hashes`);
+- what a model server caches: real token IDs in blocks of vLLM's block size
+  (`server_block_keys`), from a `Tokenizer` — the model's own `tokenizer.json`
+  (`HFTokenizerFile`) or, when none is at hand, an estimate (`EstimateTokenizer`).
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+from array import array
+from pathlib import Path
+from typing import Protocol, Sequence
+
+import xxhash
+
+# LDR dataproducer/tokenizer/estimate.go@v0.10.0 (bytesPerToken).
+PSEUDO_TOKEN_BYTES = 4
+# LDR dataproducer/approximateprefix/plugin.go@v0.10.0 (minBlockSizeTokens, issue #1158):
+# the picker never hashes blocks smaller than this, whatever vLLM's block size is.
+MIN_PICKER_BLOCK_TOKENS = 64
+
+_TWO_LE64 = struct.Struct("<QQ")
+
+
+def pseudo_token_bytes(text: str) -> bytes:
+    """The estimate backend's token stream as bytes: UTF-8, zero-padded to whole 4-byte tokens.
+
+    LDR tokenizer/estimate.go@v0.10.0 packBytes/align. Token i is bytes [4i, 4i+4) read as a
+    little-endian uint32, so these bytes are also exactly what the picker hashes per block.
+    """
+    raw = text.encode("utf-8")
+    remainder = len(raw) % PSEUDO_TOKEN_BYTES
+    if remainder:
+        raw += bytes(PSEUDO_TOKEN_BYTES - remainder)
+    return raw
+
+
+def pseudo_tokens(text: str) -> list[int]:
+    """The estimate backend's pseudo-tokens: little-endian uint32s of the padded UTF-8 bytes."""
+    data = pseudo_token_bytes(text)
+    return list(struct.unpack(f"<{len(data) // PSEUDO_TOKEN_BYTES}I", data))
+
+
+def picker_block_size(configured_tokens: int, reported_by_pod: int | None, auto_tune: bool) -> int:
+    """Tokens per hashed block: the pod's vLLM block size under autoTune, else the configured
+    blockSizeTokens, never below 64 (LDR approximateprefix/plugin.go@v0.10.0 GetBlockSize)."""
+    block_size = configured_tokens
+    if auto_tune and reported_by_pod is not None and reported_by_pod > 0:
+        block_size = reported_by_pod
+    return max(MIN_PICKER_BLOCK_TOKENS, block_size)
+
+
+def picker_block_hashes(model: str, token_bytes: bytes, block_tokens: int, max_blocks: int,
+                        cache_salt: str = "") -> list[int]:
+    """Chained xxhash64 of each block of pseudo-tokens (LDR prefixhash/hashing.go@v0.10.0).
+
+    h0 = xxh64(model ‖ cache_salt); h_i = xxh64(le64(xxh64(block_i bytes)) ‖ le64(h_{i-1})).
+    The final partial block is hashed too (unlike GIE ≤ v1.5, which dropped it), and at most
+    `max_blocks` blocks are kept.
+    """
+    previous = xxhash.xxh64_intdigest(model.encode("utf-8") + cache_salt.encode("utf-8"))
+    block_bytes = block_tokens * PSEUDO_TOKEN_BYTES
+    end = min(len(token_bytes), max_blocks * block_bytes)
+    hashes = []
+    for start in range(0, end, block_bytes):
+        block_id = xxhash.xxh64_intdigest(token_bytes[start:start + block_bytes])
+        previous = xxhash.xxh64_intdigest(_TWO_LE64.pack(block_id, previous))
+        hashes.append(previous)
+    return hashes
+
+
+def server_block_keys(tokens: Sequence[int], block_size: int) -> list[int]:
+    """One key per *full* block of `tokens`, each covering the block and all blocks before it.
+
+    vLLM caches only full blocks and a block's hash chains its parent's, so two prompts share
+    block i's key exactly when they share every token up to the end of block i. The keys are
+    xxh3-128 (no collisions in practice); they need only be consistent within this process.
+    """
+    packed = array("I", tokens)  # unsigned ints: token IDs and pseudo-tokens both fit
+    data = packed.tobytes()
+    block_bytes = block_size * packed.itemsize
+    full_blocks = len(tokens) // block_size
+    keys = []
+    previous = b""
+    for index in range(full_blocks):
+        digest = xxhash.xxh3_128_digest(previous + data[index * block_bytes:(index + 1) * block_bytes])
+        keys.append(int.from_bytes(digest, "little"))
+        previous = digest
+    return keys
+
+
+def go_json(value: object) -> str:
+    """`value` as Go's encoding/json writes a decoded `any`: compact, keys sorted, <>& escaped.
+
+    The estimate backend hashes `json.Marshal(tools)` of a chat request. Numbers differ from
+    Go's in rare cases (Go decodes every number to float64), which only shifts where two tool
+    lists stop matching, never whether identical ones match.
+    """
+    text = json.dumps(value, separators=(",", ":"), sort_keys=True, ensure_ascii=False)
+    for char, escape in (("&", "\\u0026"), ("<", "\\u003c"), (">", "\\u003e"),
+                         ("\u2028", "\\u2028"), ("\u2029", "\\u2029")):
+        text = text.replace(char, escape)
+    return text
+
+
+class Tokenizer(Protocol):
+    """Turns a prompt into the token IDs a model server would count."""
+
+    # One line for reports: which tokenizer, and how far to trust its counts.
+    description: str
+
+    def encode(self, text: str) -> list[int]: ...
+
+
+class EstimateTokenizer:
+    """About 4 characters per token, with no model at hand: the picker's own estimate.
+
+    Prompts that share a prefix of n characters share about n/4 tokens, so hit *rates* come
+    out close to a real tokenizer's; absolute token counts do not (Qwen's tokenizer makes
+    roughly 4–5 characters of English one token).
+    """
+
+    description = ("estimated at ~4 characters per token, not the model's tokenizer "
+                   "(pass --tokenizer PATH to count with its tokenizer.json)")
+
+    def encode(self, text: str) -> list[int]:
+        return pseudo_tokens(text)
+
+
+class TokenizerFileError(ValueError):
+    """A --tokenizer path that is not a usable tokenizer.json."""
+
+
+class HFTokenizerFile:
+    """A Hugging Face fast tokenizer read from `tokenizer.json` (or a directory holding one).
+
+    `encode` adds special tokens the way vLLM does for a completions prompt (it calls the HF
+    tokenizer with add_special_tokens=True, which applies tokenizer.json's post-processor:
+    a BOS token for Llama-style models, nothing for Qwen).
+    """
+
+    def __init__(self, path: str | Path):
+        from tokenizers import Tokenizer as _HFTokenizer  # only this class needs the library
+
+        path = Path(path)
+        file = path / "tokenizer.json" if path.is_dir() else path
+        if not file.is_file():
+            where = f"directory {path} has no tokenizer.json" if path.is_dir() else f"no file {path}"
+            raise TokenizerFileError(f"--tokenizer {path}: {where}. Pass a tokenizer.json, or the model "
+                                     "directory that holds one (e.g. a Hugging Face snapshot).")
+        try:
+            self._tokenizer = _HFTokenizer.from_file(str(file))
+        except Exception as error:  # the library raises its own Exception subclass for any bad file
+            raise TokenizerFileError(f"--tokenizer {file}: not a Hugging Face tokenizer.json ({error}). "
+                                     "Pass the tokenizer.json that ships with the model.") from error
+        self.path = file
+        self.description = f"counted with {file}"
+
+    def encode(self, text: str) -> list[int]:
+        return self._tokenizer.encode(text, add_special_tokens=True).ids

@@ -1,0 +1,409 @@
+"""`serve`: a local OpenAI-compatible gateway that routes with the endpoint-picker model.
+
+It stands where Envoy plus the endpoint picker stand in the cluster, so the seed page's
+experiments can run against real vLLM servers on one machine. Like the real picker it
+scrapes every backend's /metrics every 50 ms and treats a backend whose last good scrape is
+older than 2 s as stale (reference endpoint-picker-upstream.md section 4: upstream's
+--refresh-metrics-interval and --metrics-staleness-threshold defaults). A stale backend is
+not a candidate here. Upstream applies the threshold through its saturation detector (a pod
+with stale metrics counts as having no capacity), and in a cluster a dead pod also leaves the
+pool once Kubernetes marks it unready; dropping it from the candidates is this model's
+simplification of both.
+
+Not a production gateway: no TLS, no auth, no retries, no flow control, one process.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Mapping
+
+import aiohttp
+from aiohttp import web
+
+from settings import DEFAULT_WEIGHTS, SettingsError, load_stack, parse_weight_overrides
+
+from .metrics import MetricsError, VllmMetrics, parse_metrics
+from .picker import EndpointPicker, Picker, PickerConfigError, PodMetrics, Request, RoundRobinPicker
+
+SCRAPE_INTERVAL = 0.05
+STALENESS = 2.0
+ROUTED_HEADER = "x-routed-to"
+HISTORY_LIMIT = 100_000
+INFERENCE_PATHS = ("/v1/completions", "/v1/chat/completions")
+# Not forwarded either way: they describe one connection, or framing aiohttp redoes.
+HOP_BY_HOP = frozenset(h.lower() for h in (
+    "Connection", "Keep-Alive", "Proxy-Authenticate", "Proxy-Authorization", "TE", "Trailer",
+    "Transfer-Encoding", "Upgrade", "Content-Length", "Host"))
+NOT_PRODUCTION = ("Not a production gateway: no TLS, no auth, no retries, no flow control; it listens on "
+                  "127.0.0.1 only and exists to reproduce the endpoint picker's routing on one machine.")
+
+
+@dataclass
+class Backend:
+    """One model server and the picker's latest view of it."""
+
+    name: str
+    url: str
+    metrics: VllmMetrics | None = None
+    last_good_scrape: float | None = None  # time.monotonic()
+    last_error: str = ""
+    routed: int = 0
+
+    def age(self, now: float) -> float | None:
+        return None if self.last_good_scrape is None else now - self.last_good_scrape
+
+    def is_fresh(self, now: float, staleness: float) -> bool:
+        age = self.age(now)
+        return age is not None and age <= staleness
+
+    def pod_metrics(self) -> PodMetrics:
+        m = self.metrics
+        assert m is not None, "only fresh backends are candidates"
+        return PodMetrics(name=self.name, waiting=int(m.waiting), running=int(m.running), kv_usage=m.kv_usage,
+                          running_loras=frozenset(m.running_loras), waiting_loras=frozenset(m.waiting_loras),
+                          max_lora=m.max_lora, block_size=m.block_size, num_gpu_blocks=m.num_gpu_blocks)
+
+
+@dataclass(frozen=True)
+class RoutedRequest:
+    """One pick, for tests and the demo: when it was made and where it went."""
+
+    at: float  # time.monotonic()
+    backend: str
+    candidates: tuple[str, ...]
+    # The picker's weighted total per candidate (empty for round-robin): why it chose `backend`.
+    totals: Mapping[str, float]
+
+
+class RoutingGateway:
+    """The aiohttp application: scrapes backends, picks one per inference request, proxies."""
+
+    def __init__(self, backends: Mapping[str, str], picker: Picker, *, scrape_interval: float = SCRAPE_INTERVAL,
+                 staleness: float = STALENESS, label: str = ""):
+        if not backends:
+            raise ValueError("at least one backend is needed: pass --backend NAME=URL")
+        self.backends = {name: Backend(name, url.rstrip("/")) for name, url in backends.items()}
+        self.picker = picker
+        self.scrape_interval = scrape_interval
+        self.staleness = staleness
+        self.label = label
+        # Bounded, so a long-running `serve` does not grow without end.
+        self.history: deque[RoutedRequest] = deque(maxlen=HISTORY_LIMIT)
+        self._session: aiohttp.ClientSession | None = None
+        self._scrapers: list[asyncio.Task] = []
+
+    async def make_app(self) -> web.Application:
+        """The application, created inside the event loop that will run it (aiohttp binds it there)."""
+        app = web.Application(client_max_size=64 * 1024 * 1024)
+        app.router.add_get("/health", self.health)
+        app.router.add_get("/v1/models", self.models)
+        for path in INFERENCE_PATHS:
+            app.router.add_post(path, self.inference)
+        app.on_startup.append(self._start)
+        app.on_cleanup.append(self._stop)
+        return app
+
+    async def _start(self, _app: web.Application) -> None:
+        # No total timeout: a streamed completion may legitimately run for minutes.
+        self._session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=None, sock_connect=5))
+        self._scrapers = [asyncio.create_task(self._scrape_forever(b)) for b in self.backends.values()]
+
+    async def _stop(self, _app: web.Application) -> None:
+        for task in self._scrapers:
+            task.cancel()
+        await asyncio.gather(*self._scrapers, return_exceptions=True)
+        if self._session is not None:
+            await self._session.close()
+
+    async def _scrape_forever(self, backend: Backend) -> None:
+        timeout = aiohttp.ClientTimeout(total=max(1.0, self.scrape_interval * 10))
+        while True:
+            started = time.monotonic()
+            try:
+                async with self._session.get(backend.url + "/metrics", timeout=timeout) as response:
+                    text = await response.text()
+                    if response.status != 200:
+                        raise MetricsError(f"/metrics answered HTTP {response.status}")
+                backend.metrics = parse_metrics(text)
+                backend.last_good_scrape = time.monotonic()
+                backend.last_error = ""
+            except (aiohttp.ClientError, asyncio.TimeoutError, MetricsError, ValueError, OSError) as error:
+                backend.last_error = f"{type(error).__name__}: {error}"
+            await asyncio.sleep(max(0.0, self.scrape_interval - (time.monotonic() - started)))
+
+    def fresh_backends(self) -> list[Backend]:
+        now = time.monotonic()
+        return [b for b in self.backends.values() if b.is_fresh(now, self.staleness)]
+
+    def status(self) -> dict:
+        now = time.monotonic()
+        return {
+            "status": "ok" if self.fresh_backends() else "no fresh backend",
+            "picker": self.label,
+            "backends": {b.name: {"url": b.url, "fresh": b.is_fresh(now, self.staleness),
+                                  "secondsSinceGoodScrape": None if b.age(now) is None else round(b.age(now), 3),
+                                  "lastError": b.last_error, "routed": b.routed}
+                         for b in self.backends.values()},
+        }
+
+    async def health(self, _request: web.Request) -> web.Response:
+        status = self.status()
+        return web.json_response(status, status=200 if status["status"] == "ok" else 503)
+
+    def _no_backend(self) -> web.Response:
+        return _error(503, f"no backend has had a good /metrics scrape in the last {self.staleness:g}s; "
+                           "see GET /health for each backend's last error")
+
+    async def models(self, request: web.Request) -> web.StreamResponse:
+        fresh = self.fresh_backends()
+        if not fresh:
+            return self._no_backend()
+        return await self._proxy(request, fresh[0], b"")
+
+    async def inference(self, request: web.Request) -> web.StreamResponse:
+        raw = await request.read()
+        try:
+            body = json.loads(raw)
+            if not isinstance(body, dict):
+                raise ValueError("the body must be a JSON object")
+            picker_request = Request.from_openai_body(body)
+        except ValueError as error:
+            return _error(400, f"cannot route this request: {error}")
+        fresh = self.fresh_backends()
+        if not fresh:
+            return self._no_backend()
+        decision = self.picker.pick(picker_request, [b.pod_metrics() for b in fresh])
+        chosen = self.backends[decision.pod]
+        chosen.routed += 1
+        self.history.append(RoutedRequest(time.monotonic(), chosen.name, tuple(b.name for b in fresh),
+                                          decision.totals))
+        return await self._proxy(request, chosen, raw)
+
+    async def _proxy(self, request: web.Request, backend: Backend, raw: bytes) -> web.StreamResponse:
+        headers = {k: v for k, v in request.headers.items() if k.lower() not in HOP_BY_HOP}
+        response: web.StreamResponse | None = None
+        try:
+            async with self._session.request(request.method, backend.url + request.rel_url.path_qs, data=raw or None,
+                                             headers=headers, auto_decompress=False) as upstream:
+                response = web.StreamResponse(status=upstream.status, reason=upstream.reason)
+                for key, value in upstream.headers.items():
+                    if key.lower() not in HOP_BY_HOP:
+                        response.headers.add(key, value)
+                response.headers[ROUTED_HEADER] = backend.name
+                await response.prepare(request)
+                async for chunk in upstream.content.iter_any():
+                    await response.write(chunk)
+                await response.write_eof()
+                return response
+        except (aiohttp.ClientConnectionError, asyncio.TimeoutError) as error:
+            if response is not None and response.prepared:
+                # The backend died mid-response: cut the client off too, so it cannot mistake
+                # a truncated body for a whole one.
+                if request.transport is not None:
+                    request.transport.close()
+                return response
+            # Like Envoy without a retry policy: the pick stands, the client sees the failure.
+            return _error(502, f"backend {backend.name} ({backend.url}) failed: {type(error).__name__}: {error}",
+                          routed_to=backend.name)
+
+
+def _error(status: int, message: str, routed_to: str | None = None) -> web.Response:
+    response = web.json_response({"error": {"message": message, "code": status}}, status=status)
+    if routed_to:
+        response.headers[ROUTED_HEADER] = routed_to
+    return response
+
+
+@dataclass
+class RunningGateway:
+    """A RoutingGateway served on 127.0.0.1 from a background thread with its own event loop."""
+
+    gateway: RoutingGateway
+    port: int = 0
+    _loop: asyncio.AbstractEventLoop | None = field(default=None, repr=False)
+    _thread: threading.Thread | None = field(default=None, repr=False)
+    _runner: web.AppRunner | None = field(default=None, repr=False)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self, fresh_timeout: float = 10.0) -> RunningGateway:
+        """Serve, then wait until every backend has had a good scrape (so the first pick sees them all)."""
+        ready = threading.Event()
+        failure: list[BaseException] = []
+
+        async def serve() -> None:
+            self._runner = web.AppRunner(await self.gateway.make_app(), access_log=None)
+            await self._runner.setup()
+            site = web.TCPSite(self._runner, "127.0.0.1", self.port)
+            await site.start()
+            self.port = self._runner.addresses[0][1]
+
+        def run() -> None:
+            self._loop = asyncio.new_event_loop()
+            try:
+                self._loop.run_until_complete(serve())
+            except BaseException as error:  # reported to the starting thread, which re-raises it
+                failure.append(error)
+                self._loop.close()
+                self._loop = None
+                ready.set()
+                return
+            ready.set()
+            self._loop.run_forever()
+
+        self._thread = threading.Thread(target=run, name="routing-gateway", daemon=True)
+        self._thread.start()
+        ready.wait(30)
+        if failure:
+            raise failure[0]
+        deadline = time.monotonic() + fresh_timeout
+        while len(self.gateway.fresh_backends()) < len(self.gateway.backends):
+            if time.monotonic() > deadline:
+                stale = {b.name: b.last_error or "no scrape yet" for b in self.gateway.backends.values()
+                         if b not in self.gateway.fresh_backends()}
+                self.stop()
+                raise RuntimeError(f"backends without a good /metrics scrape after {fresh_timeout:g}s: {stale}")
+            time.sleep(0.05)
+        return self
+
+    def stop(self) -> None:
+        if self._loop is None:
+            return
+        if self._runner is not None:
+            asyncio.run_coroutine_threadsafe(self._runner.cleanup(), self._loop).result(30)
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(30)
+        self._loop.close()
+        self._loop = None
+
+    def __enter__(self) -> RunningGateway:
+        return self if self._loop is not None else self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+
+def default_weights() -> dict[str, int]:
+    return dict(DEFAULT_WEIGHTS)
+
+
+def make_picker(weights: Mapping[str, int] | None, *, round_robin: bool = False, seed: int | None = None) -> Picker:
+    """RoundRobinPicker, or an EndpointPicker with `weights` laid over the default profile."""
+    if round_robin:
+        return RoundRobinPicker()
+    return EndpointPicker({**default_weights(), **(weights or {})}, seed=seed)
+
+
+def picker_label(weights: Mapping[str, int] | None, round_robin: bool) -> str:
+    if round_robin:
+        return "round-robin"
+    merged = {**default_weights(), **(weights or {})}
+    return "endpoint picker, weights " + ",".join(f"{k}={v}" for k, v in merged.items())
+
+
+def start_gateway(backends: Mapping[str, str], weights: Mapping[str, int] | None = None, *, round_robin: bool = False,
+                  seed: int | None = None, port: int = 0, scrape_interval: float = SCRAPE_INTERVAL,
+                  staleness: float = STALENESS) -> RunningGateway:
+    """Start `serve` in this process (background thread); `.url`, `.gateway.history`, `.stop()`."""
+    gateway = RoutingGateway(backends, make_picker(weights, round_robin=round_robin, seed=seed),
+                             scrape_interval=scrape_interval, staleness=staleness,
+                             label=picker_label(weights, round_robin))
+    return RunningGateway(gateway, port).start()
+
+
+def parse_backend(text: str) -> tuple[str, str]:
+    name, sep, url = text.partition("=")
+    if not sep or not name or not url.startswith(("http://", "https://")):
+        raise argparse.ArgumentTypeError(
+            f"--backend {text!r}: expected NAME=URL, e.g. --backend pod-a=http://127.0.0.1:18001")
+    return name, url
+
+
+def parse_weights_option(text: str) -> dict[str, int]:
+    try:
+        return parse_weight_overrides(text, key="--weights")
+    except SettingsError as error:
+        raise argparse.ArgumentTypeError("; ".join(f"{p.key} {p.value!r}: {p.message}" for p in error.problems))
+
+
+def stack_weights(stack: str, model: str) -> dict[str, int]:
+    """The effective weights a stack gives a model, or ValueError saying why there are none."""
+    try:
+        weights = load_stack(stack).model_named(model).effective_weights
+    except SettingsError as error:
+        raise ValueError(f"--stack {stack} --model {model}: {error}") from None
+    if weights is None:
+        raise ValueError(f"--stack {stack} --model {model}: this model's picker is configured by a custom ConfigMap "
+                         "(pickerConfigMap), not by weights; pass --weights to choose them here.")
+    return dict(weights)
+
+
+def add_parser(subparsers) -> argparse.ArgumentParser:
+    parser = subparsers.add_parser(
+        "serve", help="local OpenAI-compatible gateway that routes with the endpoint-picker model (not for production)",
+        description="Route /v1/completions and /v1/chat/completions (streaming too) across --backend servers "
+                    "with the endpoint-picker model, scraping each backend's /metrics every 50 ms and skipping "
+                    "backends whose last good scrape is over 2 s old (the real picker's scrape tick and "
+                    "staleness threshold). The chosen "
+                    f"backend is named in the {ROUTED_HEADER!r} response header. " + NOT_PRODUCTION,
+    )
+    parser.add_argument("--backend", action="append", type=parse_backend, required=True, metavar="NAME=URL",
+                        help="a model server (repeatable), e.g. pod-a=http://127.0.0.1:18001")
+    parser.add_argument("--port", type=int, default=8080, help="port on 127.0.0.1 to listen on (default 8080)")
+    choice = parser.add_mutually_exclusive_group()
+    choice.add_argument("--weights", type=parse_weights_option, metavar="NAME=N,...",
+                        help="scorer weights laid over the defaults queue=2,kvCache=2,prefix=3, e.g. prefix=0,queue=3")
+    choice.add_argument("--stack", help="take the weights a stack gives --model, e.g. --stack dev --model qwen-small")
+    choice.add_argument("--round-robin", action="store_true", help="pick backends in turn, like a plain Service")
+    parser.add_argument("--model", help="with --stack: the model (by its stack name) whose weights to use")
+    parser.add_argument("--seed", type=int, help="seed for the picker's random tie-breaks (default: random)")
+    parser.add_argument("--scrape-interval", type=float, default=SCRAPE_INTERVAL,
+                        help=f"seconds between /metrics scrapes (default {SCRAPE_INTERVAL:g}, the picker's)")
+    parser.add_argument("--staleness", type=float, default=STALENESS,
+                        help=f"seconds after its last good scrape at which a backend is no longer picked "
+                             f"(default {STALENESS:g}, the picker's)")
+    parser.set_defaults(func=run)
+    return parser
+
+
+def run(args: argparse.Namespace) -> int:
+    names = [name for name, _ in args.backend]
+    if len(set(names)) != len(names):
+        print(f"error: --backend names must be unique, got {', '.join(names)}", file=sys.stderr)
+        return 2
+    for option, value in (("--scrape-interval", args.scrape_interval), ("--staleness", args.staleness)):
+        if not value > 0:
+            print(f"error: {option} {value:g}: must be a positive number of seconds", file=sys.stderr)
+            return 2
+    weights, source = args.weights, "--weights"
+    if args.stack or args.model:
+        if not (args.stack and args.model):
+            print("error: --stack and --model go together, e.g. --stack dev --model qwen-small", file=sys.stderr)
+            return 2
+        try:
+            weights, source = stack_weights(args.stack, args.model), f"--stack {args.stack} --model {args.model}"
+        except ValueError as error:
+            print(f"error: {error}", file=sys.stderr)
+            return 2
+    try:
+        picker = make_picker(weights, round_robin=args.round_robin, seed=args.seed)
+    except PickerConfigError as error:
+        print(f"error: {source}: {error}", file=sys.stderr)
+        return 2
+    label = picker_label(weights, args.round_robin)
+    gateway = RoutingGateway(dict(args.backend), picker, scrape_interval=args.scrape_interval,
+                             staleness=args.staleness, label=label)
+    print(f"serve: {label}; backends {', '.join(f'{n}={u}' for n, u in args.backend)}", flush=True)
+    print(f"serve: listening on http://127.0.0.1:{args.port} (Ctrl-C to stop). {NOT_PRODUCTION}", flush=True)
+    web.run_app(gateway.make_app(), host="127.0.0.1", port=args.port, print=None, access_log=None)
+    return 0

@@ -1,0 +1,187 @@
+"""Build a tiny Qwen2 model and byte-level BPE tokenizer locally, with no hub download.
+
+vLLM needs a real Hugging Face model directory to serve. No hub is reachable from the
+machines this project runs on, so this writes one from scratch in a few seconds: a
+byte-level BPE tokenizer trained on deterministic generated text and a two-layer Qwen2
+with seeded random weights. Its output is nonsense, which is fine: the routing
+experiments only care about tokens, KV blocks and counters.
+
+Runs under the vLLM venv's python (it needs torch, transformers and tokenizers); those
+imports stay inside functions so the rest of `routing` can import this module without them.
+
+    <vllm python> -m routing.tinymodel OUT_DIR
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import random
+import sys
+import time
+from pathlib import Path
+
+SEED = 1234
+# An upper bound: the generated corpus supports ~1,100 tokens (256 bytes + merges), after
+# which training stops. With it a seed shared-prefix prompt (6,752 characters) is 1,253-1,254
+# tokens and a unique one (3,589-3,671 characters) 955-1,037, well inside MAX_MODEL_LEN
+# with room for the reply.
+VOCAB_SIZE = 2048
+MAX_MODEL_LEN = 4096
+SPECIAL_TOKENS = ("<unk>", "<|endoftext|>")
+END_OF_TEXT = "<|endoftext|>"
+# Lets /v1/chat/completions render messages; the model has no notion of roles anyway.
+CHAT_TEMPLATE = (
+    "{% for message in messages %}{{ message['role'] }}: {{ message['content'] }}\n{% endfor %}"
+    "{% if add_generation_prompt %}assistant: {% endif %}"
+)
+
+# Words the workshop prompts are made of, plus ordinary English, so the learned merges
+# resemble what a real tokenizer does to such text: whole common words, split rare ones.
+_DOMAIN_WORDS = (
+    "You are an expert cloud infrastructure assistant specialising in Kubernetes and LLM serving "
+    "Guideline consider scheduling queue depth KV cache reuse prefix affinity GPU memory pressure "
+    "endpoint selection when advising on inference architecture Question name one factor "
+    "Request context Unique segment padding text for request with no shared leading tokens "
+    "model replica pod gateway router latency throughput token block prompt batch weight score"
+).split()
+_ENGLISH_WORDS = (
+    "the of and to in is that it was for on are as with his they at be this from have or by "
+    "one had not but what all were when we there can your which their said if do will each "
+    "about how up out them then she many some so these would other into has more her two like "
+    "him see time could no make than first been its who now people my made over did down only "
+    "way find use may water long little very after words called just where most know get "
+    "through back much before go good new write our used me man too any day same right look "
+    "think also around another came come work three word must because does part even place well"
+).split()
+
+
+def training_corpus(seed: int = SEED, lines: int = 4000) -> list[str]:
+    """Deterministic sentences mixing domain and English words, numbers and punctuation."""
+    rng = random.Random(seed)
+    words = _DOMAIN_WORDS * 3 + _ENGLISH_WORDS
+    corpus = []
+    for _ in range(lines):
+        sentence = []
+        for _ in range(rng.randint(6, 24)):
+            word = rng.choice(words)
+            roll = rng.random()
+            if roll < 0.08:
+                word = f"{word} {rng.randint(0, 200)}"
+            elif roll < 0.12:
+                word = f"{word}-{rng.randint(1, 40)}-{rng.choice(words)}-{rng.randint(1, 40)}"
+            elif roll < 0.2:
+                word += rng.choice(",.:;")
+            sentence.append(word)
+        corpus.append(" ".join(sentence))
+    return corpus
+
+
+def build_tokenizer(out_dir: Path, seed: int = SEED, vocab_size: int = VOCAB_SIZE):
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    tokenizer = Tokenizer(models.BPE(unk_token="<unk>"))
+    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tokenizer.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=list(SPECIAL_TOKENS),
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tokenizer.train_from_iterator(training_corpus(seed), trainer=trainer)
+    wrapped = PreTrainedTokenizerFast(
+        tokenizer_object=tokenizer,
+        unk_token="<unk>",
+        eos_token=END_OF_TEXT,
+        pad_token=END_OF_TEXT,
+        model_max_length=MAX_MODEL_LEN,
+    )
+    wrapped.chat_template = CHAT_TEMPLATE
+    wrapped.save_pretrained(out_dir)
+    return wrapped
+
+
+def build_model(out_dir: Path, tokenizer, seed: int = SEED, hidden_size: int = 128, layers: int = 2) -> int:
+    """Write a Qwen2 with seeded random weights; returns its parameter count."""
+    import torch
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    torch.manual_seed(seed)
+    eos_id = tokenizer.convert_tokens_to_ids(END_OF_TEXT)
+    config = Qwen2Config(
+        vocab_size=len(tokenizer),
+        hidden_size=hidden_size,
+        intermediate_size=hidden_size * 2,
+        num_hidden_layers=layers,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=hidden_size // 4,
+        max_position_embeddings=MAX_MODEL_LEN,
+        tie_word_embeddings=True,
+        bos_token_id=eos_id,
+        eos_token_id=eos_id,
+        torch_dtype="float32",
+    )
+    model = Qwen2ForCausalLM(config)
+    model.save_pretrained(out_dir, safe_serialization=True)
+    return sum(p.numel() for p in model.parameters())
+
+
+def build(out_dir: Path | str, seed: int = SEED, hidden_size: int = 128, layers: int = 2) -> dict:
+    """Build tokenizer and model into out_dir; returns a summary (also written as tinymodel.json)."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    started = time.monotonic()
+    tokenizer = build_tokenizer(out, seed)
+    parameters = build_model(out, tokenizer, seed, hidden_size, layers)
+    summary = {
+        "dir": str(out),
+        "seed": seed,
+        "vocab": len(tokenizer),
+        "maxModelLen": MAX_MODEL_LEN,
+        "hiddenSize": hidden_size,
+        "layers": layers,
+        "parameters": parameters,
+        "seconds": round(time.monotonic() - started, 2),
+    }
+    (out / "tinymodel.json").write_text(json.dumps(summary, indent=2) + "\n")
+    return summary
+
+
+def is_built(out_dir: Path | str) -> bool:
+    out = Path(out_dir)
+    files = ("tinymodel.json", "config.json", "model.safetensors", "tokenizer.json")
+    return all((out / name).exists() for name in files)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m routing.tinymodel",
+        description="Build a tiny Qwen2 model + byte-level BPE tokenizer (no download) for a local vLLM. "
+                    "Needs torch, transformers and tokenizers: run it with the vLLM venv's python.",
+    )
+    parser.add_argument("out_dir", help="directory to write the model into (created if missing)")
+    parser.add_argument("--seed", type=int, default=SEED, help=f"seed for the corpus and weights (default {SEED})")
+    parser.add_argument("--hidden-size", type=int, default=128,
+                        help="model width; larger makes prefill cost visible in latency (default 128)")
+    parser.add_argument("--layers", type=int, default=2, help="transformer layers (default 2)")
+    args = parser.parse_args(argv)
+    if args.hidden_size < 8 or args.hidden_size % 8:
+        parser.error(f"--hidden-size {args.hidden_size}: must be a multiple of 8 (4 attention heads, each of an "
+                     "even size for rotary embeddings); try 128 or 256.")
+    missing = [name for name in ("torch", "transformers", "tokenizers") if importlib.util.find_spec(name) is None]
+    if missing:
+        print(f"error: {', '.join(missing)} not installed for {sys.executable}. Run this with the vLLM venv's "
+              "python, e.g. .venv-vllm/bin/python -m routing.tinymodel OUT_DIR (create that venv with "
+              "`bash .ci/setup-vllm.sh .venv-vllm`).", file=sys.stderr)
+        return 2
+    summary = build(args.out_dir, args.seed, args.hidden_size, args.layers)
+    print(json.dumps(summary))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,446 @@
+"""`verify`: the seed page's steps 2-5 as one command against a live gateway.
+
+Reads every pod's vLLM counters, sends a workload through the gateway one request at a
+time (printing each status as the page's curl loop does), reads the counters again and
+prints per-pod deltas: requests, prefix-cache hits and queries (tokens), hit rate. With
+`--expect concentrate|spread` the exit status says whether routing did what was expected.
+
+Pods are found by their `app` label through the Kubernetes API and read through the API
+server's pod proxy; the gateway's Envoy Service is reached through the service proxy. Both
+use your kubeconfig (exec auth such as `aws eks get-token` included). Or point at them
+directly with --pod-url and --gateway-url.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+from typing import Any, Mapping, Protocol, Sequence, TextIO
+
+from .metrics import DeltaReport, MetricsError, VllmMetrics, diff_reads, format_report, parse_metrics
+from .workloads import BUILTIN_WORKLOADS, WorkloadError, load_workload
+
+GATEWAY_NAMESPACE = "hyperpod-inference-system"
+GATEWAY_LABEL = "gateway.envoyproxy.io/owning-gateway-name"
+# The page's curl loop uses -m 60 per request and -m 15 per metrics read.
+REQUEST_TIMEOUT = 60.0
+METRICS_TIMEOUT = 15.0
+# vLLM bumps its counters right after it answers; give them this long to catch up.
+SETTLE_TIMEOUT = 10.0
+EXPECTATIONS = ("concentrate", "spread")
+
+
+class VerifyError(RuntimeError):
+    """Something verify cannot work around, with the fix."""
+
+
+class PodReader(Protocol):
+    def read(self) -> dict[str, VllmMetrics]: ...
+
+
+class GatewayClient(Protocol):
+    description: str
+    # Why the latest request got no HTTP answer at all (status 0), for the report.
+    last_error: str
+
+    def post(self, path: str, body: Mapping[str, Any]) -> int: ...
+
+
+def inference_path(body: Mapping[str, Any]) -> str:
+    return "/v1/chat/completions" if "messages" in body else "/v1/completions"
+
+
+# -- direct URLs ------------------------------------------------------------------------------
+
+def _metrics_url(url: str) -> str:
+    url = url.rstrip("/")
+    return url if url.endswith("/metrics") else url + "/metrics"
+
+
+@dataclass
+class UrlPods:
+    """Pods given as NAME=URL (their vLLM base URL, or the /metrics URL itself)."""
+
+    urls: Mapping[str, str]
+    timeout: float = METRICS_TIMEOUT
+
+    def read(self) -> dict[str, VllmMetrics]:
+        reads = {}
+        for name, url in self.urls.items():
+            try:
+                with urllib.request.urlopen(_metrics_url(url), timeout=self.timeout) as response:
+                    text = response.read().decode("utf-8", errors="replace")
+            except (urllib.error.URLError, OSError) as error:
+                raise VerifyError(f"--pod-url {name}={url}: cannot read {_metrics_url(url)} ({error}). Is the "
+                                  "server up, and is the URL its base address, e.g. http://127.0.0.1:8000?") from None
+            try:
+                reads[name] = parse_metrics(text)
+            except (MetricsError, ValueError) as error:
+                raise VerifyError(f"--pod-url {name}={url}: {error}") from None
+        return reads
+
+
+@dataclass
+class UrlGateway:
+    url: str
+    headers: Mapping[str, str]
+    timeout: float = REQUEST_TIMEOUT
+    last_error: str = ""
+
+    @property
+    def description(self) -> str:
+        return self.url
+
+    def post(self, path: str, body: Mapping[str, Any]) -> int:
+        request = urllib.request.Request(self.url.rstrip("/") + path, data=json.dumps(body).encode(), method="POST",
+                                         headers={"Content-Type": "application/json", **self.headers})
+        try:
+            with urllib.request.urlopen(request, timeout=self.timeout) as response:
+                response.read()
+                return response.status
+        except urllib.error.HTTPError as error:
+            return error.code
+        except (urllib.error.URLError, OSError) as error:
+            self.last_error = f"{self.url}: {error}"
+            return 0  # like curl's 000: no HTTP answer at all
+
+
+# -- through the Kubernetes API server ---------------------------------------------------------
+
+class KubeApi:
+    """Raw GET/POST through the API server's proxy subresources with the user's kubeconfig."""
+
+    def __init__(self, context: str | None, kubeconfig: str | None = None):
+        try:
+            from kubernetes import client, config
+        except ImportError:
+            raise VerifyError("the kubernetes package is not installed: `pip install kubernetes`, or pass "
+                              "--pod-url and --gateway-url to skip the Kubernetes API") from None
+        try:
+            config.load_kube_config(config_file=kubeconfig, context=context)
+        except Exception as error:  # the loader raises ConfigException, FileNotFoundError, TypeError...
+            where = f"context {context!r}" if context else "the current context"
+            raise VerifyError(f"cannot load kubeconfig ({where}): {error}. Run `aws eks update-kubeconfig "
+                              "--name <cluster>` or pass --context, or use --pod-url/--gateway-url.") from None
+        self.api_client = client.ApiClient()
+        self.core = client.CoreV1Api(self.api_client)
+
+    def call(self, method: str, path: str, body: Mapping[str, Any] | None = None,
+             headers: Mapping[str, str] | None = None, timeout: float = REQUEST_TIMEOUT) -> tuple[int, bytes]:
+        header_params = {"Accept": "*/*", **(headers or {})}
+        if body is not None:
+            header_params["Content-Type"] = "application/json"
+        # The path is already complete, so param_serialize only adds the host and auth; the
+        # client JSON-encodes `body` itself.
+        params = self.api_client.param_serialize(method=method, resource_path=path, header_params=header_params,
+                                                 body=body, auth_settings=["BearerToken"])
+        response = self.api_client.call_api(*params, _request_timeout=timeout)
+        response.read()
+        return response.status, response.data
+
+    def list_pods(self, namespace: str, selector: str) -> list:
+        return self.core.list_namespaced_pod(namespace, label_selector=selector).items
+
+    def list_services(self, namespace: str, selector: str) -> list:
+        return self.core.list_namespaced_service(namespace, label_selector=selector).items
+
+
+def _pod_ready(pod) -> bool:
+    conditions = pod.status.conditions or []
+    return pod.status.phase == "Running" and any(c.type == "Ready" and c.status == "True" for c in conditions)
+
+
+@dataclass
+class KubePods:
+    """The model's ready pods, read through /api/v1/namespaces/{ns}/pods/{pod}:{port}/proxy/metrics."""
+
+    api: KubeApi
+    namespace: str
+    label: str
+    port: int
+
+    def names(self) -> list[str]:
+        pods = self.api.list_pods(self.namespace, f"app={self.label}")
+        ready = sorted(p.metadata.name for p in pods if _pod_ready(p))
+        if not ready:
+            raise VerifyError(f"no ready pod with label app={self.label} in namespace {self.namespace} "
+                              f"({len(pods)} found, none ready). Check --namespace/--label, or "
+                              f"`kubectl get pods -n {self.namespace} -l app={self.label}`.")
+        return ready
+
+    def read(self) -> dict[str, VllmMetrics]:
+        reads = {}
+        for name in self.names():
+            path = f"/api/v1/namespaces/{self.namespace}/pods/{name}:{self.port}/proxy/metrics"
+            try:
+                status, data = self.api.call("GET", path, timeout=METRICS_TIMEOUT)
+            except Exception as error:  # ApiException, urllib3 errors, exec-auth failures
+                raise VerifyError(f"pod {name}: reading {path} failed: {error}") from None
+            if status != 200:
+                raise VerifyError(f"pod {name}: {path} answered HTTP {status}. Is --port {self.port} vLLM's port?")
+            try:
+                reads[name] = parse_metrics(data.decode("utf-8", errors="replace"))
+            except (MetricsError, ValueError) as error:
+                raise VerifyError(f"pod {name}: {error}") from None
+        return reads
+
+
+@dataclass
+class KubeGateway:
+    """The gateway's Envoy Service, reached through the API server's service proxy."""
+
+    api: KubeApi
+    service: str
+    namespace: str
+    port: int
+    headers: Mapping[str, str]
+    last_error: str = ""
+
+    @property
+    def description(self) -> str:
+        return f"service {self.namespace}/{self.service}:{self.port} (through the API server's service proxy)"
+
+    @classmethod
+    def find(cls, api: KubeApi, gateway_name: str, headers: Mapping[str, str]) -> KubeGateway:
+        selector = f"{GATEWAY_LABEL}={gateway_name}"
+        services = api.list_services(GATEWAY_NAMESPACE, selector)
+        if not services:
+            raise VerifyError(f"no Service labelled {selector} in namespace {GATEWAY_NAMESPACE}: is --gateway-name "
+                              f"{gateway_name!r} right and the gateway ready? Or pass --gateway-url.")
+        service = sorted(services, key=lambda s: s.metadata.name)[0]
+        ports = service.spec.ports or []
+        if not ports:
+            raise VerifyError(f"Service {GATEWAY_NAMESPACE}/{service.metadata.name} has no port; pass --gateway-url.")
+        return cls(api, service.metadata.name, GATEWAY_NAMESPACE, ports[0].port, headers)
+
+    def post(self, path: str, body: Mapping[str, Any]) -> int:
+        proxy = f"/api/v1/namespaces/{self.namespace}/services/{self.service}:{self.port}/proxy{path}"
+        try:
+            status, _ = self.api.call("POST", proxy, body, self.headers)
+            return status
+        except Exception as error:  # ApiException, urllib3 errors, exec-auth failures
+            status = getattr(error, "status", None)
+            if isinstance(status, int):
+                return status
+            self.last_error = f"{type(error).__name__}: {error}"
+            return 0
+
+
+# -- measuring --------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Measurement:
+    """One batch: per-pod counter deltas and each request's HTTP status, in order."""
+
+    report: DeltaReport
+    statuses: tuple[int, ...]
+    seconds: float
+    gateway_error: str = ""
+
+    @property
+    def failed(self) -> int:
+        return sum(1 for s in self.statuses if not 200 <= s < 300)
+
+    def to_json(self) -> dict:
+        return self.report.to_json()
+
+
+def send_batch(gateway: GatewayClient, bodies: Sequence[Mapping[str, Any]], out: TextIO) -> list[int]:
+    """Serially, like the page's loop: each request's status printed as it comes back."""
+    statuses = []
+    for body in bodies:
+        status = gateway.post(inference_path(body), body)
+        statuses.append(status)
+        print(f"{status:03d}", end=" ", file=out, flush=True)
+    print(file=out, flush=True)
+    return statuses
+
+
+def measure(pods: PodReader, gateway: GatewayClient, bodies: Sequence[Mapping[str, Any]], out: TextIO,
+            settle_timeout: float = SETTLE_TIMEOUT) -> Measurement:
+    """Read counters, send the batch, read again until the counters account for it."""
+    before = pods.read()
+    print(f"counters read from {len(before)} pod(s): {', '.join(before)}", file=out, flush=True)
+    print(f"sending {len(bodies)} request(s) to {gateway.description}:", file=out, flush=True)
+    started = time.monotonic()
+    statuses = send_batch(gateway, bodies, out)
+    seconds = time.monotonic() - started
+    succeeded = sum(1 for s in statuses if 200 <= s < 300)
+    print(f"{succeeded} of {len(statuses)} succeeded in {seconds:.1f}s; reading counters again", file=out, flush=True)
+    deadline = time.monotonic() + settle_timeout
+    while True:
+        report = diff_reads(before, pods.read())
+        if report.requests >= succeeded or time.monotonic() > deadline:
+            return Measurement(report, tuple(statuses), seconds, gateway.last_error)
+        time.sleep(0.2)
+
+
+@dataclass(frozen=True)
+class Verdict:
+    passed: bool
+    reason: str
+
+
+def judge(measurement: Measurement, expect: str | None) -> Verdict:
+    report = measurement.report
+    used = report.pods_used
+    where = ", ".join(f"{p.pod} {p.requests}" for p in used) or "no pod"
+    if measurement.failed:
+        unanswered = f"; no answer: {measurement.gateway_error}" if 0 in measurement.statuses else ""
+        return Verdict(False, f"{measurement.failed} of {len(measurement.statuses)} requests failed "
+                              f"(statuses {sorted(set(measurement.statuses))}{unanswered}); routing cannot be judged")
+    sent = len(measurement.statuses)
+    if report.requests != sent:
+        extra = (f"note: the pods counted {report.requests} requests but {sent} were sent: other traffic reached "
+                 "them, or the gateway sent some to pods outside this set")
+    else:
+        extra = ""
+    if expect is None:
+        return Verdict(True, f"requests per pod: {where}" + (f"; {extra}" if extra else ""))
+    if expect == "concentrate":
+        passed = len(used) == 1
+        reason = (f"concentrate: all requests on one pod ({where})" if passed
+                  else f"concentrate expected one pod, but {len(used)} pods served requests ({where})")
+    else:
+        passed = len(used) > 1
+        reason = (f"spread: {len(used)} pods served requests ({where})" if passed
+                  else f"spread expected more than one pod, but only {where} served requests")
+    return Verdict(passed, reason + (f"; {extra}" if extra else ""))
+
+
+# -- command line -----------------------------------------------------------------------------
+
+def parse_named_url(option: str):
+    def parse(text: str) -> tuple[str, str]:
+        name, sep, url = text.partition("=")
+        if not sep or not name or not url.startswith(("http://", "https://")):
+            raise argparse.ArgumentTypeError(f"{option} {text!r}: expected NAME=URL, e.g. "
+                                             f"{option} pod-a=http://127.0.0.1:18001")
+        return name, url
+    return parse
+
+
+def parse_header(text: str) -> tuple[str, str]:
+    name, sep, value = text.partition(":")
+    if not sep or not name.strip():
+        raise argparse.ArgumentTypeError(f"--header {text!r}: expected 'Name: value', e.g. "
+                                         "--header 'Authorization: Bearer TOKEN'")
+    return name.strip(), value.strip()
+
+
+def add_parser(subparsers) -> argparse.ArgumentParser:
+    parser = subparsers.add_parser(
+        "verify", help="send a workload through a live gateway and show, from vLLM's counters, where it went",
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--stack", help="stack whose settings fill the defaults below (stacks/Pulumi.<stack>.yaml)")
+    parser.add_argument("--model", help="with --stack: the model entry by name, e.g. qwen-small")
+    parser.add_argument("--workload", default="seed-shared",
+                        help=f"{', '.join(BUILTIN_WORKLOADS)}, or a .jsonl file of OpenAI request bodies "
+                             "(default: seed-shared)")
+    parser.add_argument("--model-id", help="served model name to put in each body (default: the stack model's)")
+    parser.add_argument("--expect", choices=EXPECTATIONS,
+                        help="exit 1 unless all requests land on one pod (concentrate) or on several (spread)")
+    parser.add_argument("--json", action="store_true",
+                        help='print {"pods": [{"pod","requests","hits","queries","hitRate"}], "hitRate"} '
+                             "on stdout (progress goes to stderr)")
+    pods = parser.add_argument_group("pods (one of)")
+    pods.add_argument("--pod-url", action="append", type=parse_named_url("--pod-url"), metavar="NAME=URL",
+                      help="a vLLM server's base URL (repeatable); skips the Kubernetes API for pods")
+    pods.add_argument("--namespace", help="the model's namespace (default: the stack's)")
+    pods.add_argument("--label", help="the pods' app label (default: the stack model's deployment name)")
+    pods.add_argument("--port", type=int, help="vLLM's port in the pod (default: the stack model's, else 8000)")
+    gateway = parser.add_argument_group("gateway (one of)")
+    gateway.add_argument("--gateway-url", help="the gateway's base URL, e.g. http://127.0.0.1:8080")
+    gateway.add_argument("--gateway-name", help="the Gateway's name, to find its Envoy Service in "
+                                                f"{GATEWAY_NAMESPACE} (default: the stack's)")
+    parser.add_argument("--header", action="append", type=parse_header, default=[], metavar="'NAME: VALUE'",
+                        help="extra header for every request (repeatable), e.g. for a JWT-protected gateway")
+    parser.add_argument("--kubeconfig", help="kubeconfig file (default: $KUBECONFIG, else ~/.kube/config)")
+    parser.add_argument("--context", help="kubeconfig context (default: the current one)")
+    parser.set_defaults(func=run)
+    return parser
+
+
+@dataclass(frozen=True)
+class Target:
+    model_id: str | None
+    namespace: str | None
+    label: str | None
+    port: int
+    gateway_name: str | None
+
+
+def resolve_target(args: argparse.Namespace) -> Target:
+    model = namespace = label = gateway_name = None
+    port = 8000
+    if args.stack or args.model:
+        if not (args.stack and args.model):
+            raise VerifyError("--stack and --model go together, e.g. --stack dev --model qwen-small")
+        from settings import SettingsError, load_stack
+
+        try:
+            settings = load_stack(args.stack)
+            entry = settings.model_named(args.model)
+        except SettingsError as error:
+            raise VerifyError(str(error)) from None
+        model, namespace, label, port = entry.model, settings.namespace, entry.deployment, entry.port
+        gateway_name = settings.gateway.name
+    return Target(model_id=args.model_id or model, namespace=args.namespace or namespace, label=args.label or label,
+                  port=args.port or port, gateway_name=args.gateway_name or gateway_name)
+
+
+def build_clients(args: argparse.Namespace, target: Target) -> tuple[PodReader, GatewayClient]:
+    headers = dict(args.header)
+    api = None
+
+    def kube() -> KubeApi:
+        nonlocal api
+        api = api or KubeApi(args.context, args.kubeconfig)
+        return api
+
+    if args.pod_url:
+        names = [n for n, _ in args.pod_url]
+        if len(set(names)) != len(names):
+            raise VerifyError(f"--pod-url names must be unique, got {', '.join(names)}")
+        pods: PodReader = UrlPods(dict(args.pod_url))
+    else:
+        if not (target.namespace and target.label):
+            raise VerifyError("no pods to read: pass --pod-url NAME=URL (repeatable), or --stack dev --model "
+                              "qwen-small, or --namespace and --label")
+        pods = KubePods(kube(), target.namespace, target.label, target.port)
+    if args.gateway_url:
+        gateway: GatewayClient = UrlGateway(args.gateway_url, headers)
+    else:
+        if not target.gateway_name:
+            raise VerifyError("no gateway: pass --gateway-url URL, or --stack dev --model qwen-small, "
+                              "or --gateway-name NAME")
+        gateway = KubeGateway.find(kube(), target.gateway_name, headers)
+    return pods, gateway
+
+
+def run(args: argparse.Namespace) -> int:
+    out = sys.stderr if args.json else sys.stdout
+    try:
+        target = resolve_target(args)
+        if target.model_id is None and args.workload in BUILTIN_WORKLOADS:
+            raise VerifyError(f"--workload {args.workload} needs a served model name: pass --model-id NAME "
+                              "(e.g. Qwen/Qwen2.5-0.5B-Instruct) or --stack dev --model qwen-small")
+        bodies = load_workload(args.workload, target.model_id)
+        pods, gateway = build_clients(args, target)
+        measurement = measure(pods, gateway, bodies, out)
+    except (VerifyError, WorkloadError) as error:
+        print(f"verify: {error}", file=sys.stderr)
+        return 2
+    verdict = judge(measurement, args.expect)
+    if args.json:
+        print(json.dumps(measurement.to_json(), indent=2))
+    else:
+        print(format_report(measurement.report))
+    label = "PASS" if verdict.passed else "FAIL"
+    print(f"{label}: {verdict.reason}" if args.expect or not verdict.passed else verdict.reason, file=out)
+    return 0 if verdict.passed else 1

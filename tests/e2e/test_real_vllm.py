@@ -1,0 +1,246 @@
+"""The seed page's experiments on two real vLLM servers, through `serve`, measured from vLLM's own
+counters, and compared with `predict`.
+
+Expected numbers are derived from the servers' own tokenizer (/tokenize) and block size
+(vllm:cache_config_info), never written in: vLLM caches full blocks only, so a request that
+shares its first n tokens with an earlier one on the same server hits n // block_size blocks.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+import urllib.error
+import urllib.request
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+
+import pytest
+
+from routing import __main__ as cli
+from routing.metrics import DeltaReport
+from routing.predict import run_prediction
+from routing.serve import ROUTED_HEADER, default_weights, start_gateway
+from routing.verify import UrlGateway, UrlPods, measure
+from routing.vllm_server import reset_prefix_cache
+from routing.workloads import seed_shared, seed_unique
+
+SERVED_MODEL = "tiny"
+SEED = 11
+NO_PREFIX = {"prefix": 0, "queue": 3, "kvCache": 2}
+
+
+def common_prefix(a: list[int], b: list[int]) -> int:
+    length = 0
+    for x, y in zip(a, b):
+        if x != y:
+            break
+        length += 1
+    return length
+
+
+def cache_can_give(prompts: list[list[int]], block_size: int) -> int:
+    """Hits (tokens) if every prompt is served where all earlier ones were: each reuses the full
+    blocks of its longest shared prefix with an earlier prompt (and never its last token)."""
+    hits = 0
+    for index, tokens in enumerate(prompts):
+        shared = max((common_prefix(tokens, earlier) for earlier in prompts[:index]), default=0)
+        hits += min(shared, len(tokens) - 1) // block_size * block_size
+    return hits
+
+
+def tokens_of(bodies, tokenizer) -> list[list[int]]:
+    return [tokenizer.encode(body["prompt"]) for body in bodies]
+
+
+def run_batch(servers, bodies, weights=None, out=None):
+    backends = {s.name: s.url for s in servers}
+    with start_gateway(backends, weights, seed=SEED) as gateway:
+        measurement = measure(UrlPods(backends), UrlGateway(gateway.url, {}), bodies, out or _Discard())
+        history = list(gateway.gateway.history)
+    return measurement, history
+
+
+class _Discard:
+    def write(self, text: str) -> int:
+        return len(text)
+
+    def flush(self) -> None:
+        pass
+
+
+def pods_used(result) -> int:
+    return sum(1 for pod in result.pods if pod.requests)
+
+
+def per_pod(report: DeltaReport) -> list[tuple[int, int, int]]:
+    return sorted(((p.requests, p.hits or 0, p.queries or 0) for p in report.pods), reverse=True)
+
+
+def test_shared_prefix_concentrates_and_hits_every_full_block_of_the_preamble(servers, server_tokenizer,
+                                                                                cache_config, progress):
+    block_size, capacity = cache_config
+    bodies = seed_shared(SERVED_MODEL)
+    tokens = tokens_of(bodies, server_tokenizer)
+    expected_hits, expected_queries = cache_can_give(tokens, block_size), sum(map(len, tokens))
+
+    measurement, history = run_batch(servers, bodies, out=progress)
+    report = measurement.report
+
+    assert measurement.statuses == (200,) * 12
+    assert [(p.pod, p.requests) for p in report.pods_used] == [(history[0].backend, 12)]
+    assert (report.hits, report.queries) == (expected_hits, expected_queries)
+    # Every request but the first reuses every full block of the shared preamble.
+    preamble_blocks = common_prefix(tokens[0], tokens[1]) // block_size
+    assert expected_hits == 11 * preamble_blocks * block_size
+    progress.write(f"shared: {len(tokens[0])} tokens per prompt, block {block_size}, hits {report.hits} / queries "
+                   f"{report.queries} = {report.hit_rate:.1%}\n")
+
+    prediction = run_prediction(bodies, weights=default_weights(), replicas=2, block_size=block_size,
+                                capacity_blocks=capacity, tokenizer=server_tokenizer, seed=SEED)
+    assert per_pod(report) == sorted(((p.requests, p.hits, p.queries) for p in prediction.picker.pods),
+                                     reverse=True)
+
+
+def test_unique_prefixes_spread_with_zero_hits(servers, server_tokenizer, cache_config, progress):
+    block_size, capacity = cache_config
+    bodies = seed_unique(SERVED_MODEL)
+    measurement, _ = run_batch(servers, bodies, out=progress)
+    report = measurement.report
+
+    assert measurement.statuses == (200,) * 12
+    assert len(report.pods_used) == 2
+    assert report.hits == 0
+    assert report.queries == sum(map(len, tokens_of(bodies, server_tokenizer)))
+
+    prediction = run_prediction(bodies, weights=default_weights(), replicas=2, block_size=block_size,
+                                capacity_blocks=capacity, tokenizer=server_tokenizer, seed=SEED)
+    assert pods_used(prediction.picker) == 2
+    assert (prediction.picker.hits, prediction.picker.queries) == (0, report.queries)
+
+
+def test_prefix_weight_zero_spreads_the_shared_batch(servers, server_tokenizer, cache_config, progress):
+    block_size, capacity = cache_config
+    bodies = seed_shared(SERVED_MODEL)
+    tokens = tokens_of(bodies, server_tokenizer)
+    preamble_hit = common_prefix(tokens[0], tokens[1]) // block_size * block_size
+
+    measurement, _ = run_batch(servers, bodies, NO_PREFIX, out=progress)
+    report = measurement.report
+
+    assert measurement.statuses == (200,) * 12
+    assert len(report.pods_used) == 2
+    # Each pod misses on its first request of the batch and hits the preamble on the others.
+    for pod in report.pods_used:
+        assert pod.hits == (pod.requests - 1) * preamble_hit
+    prediction = run_prediction(bodies, weights={**default_weights(), **NO_PREFIX}, replicas=2,
+                                block_size=block_size, capacity_blocks=capacity, tokenizer=server_tokenizer,
+                                seed=SEED)
+    assert pods_used(prediction.picker) == 2
+    assert prediction.picker.queries == report.queries
+    assert prediction.picker.hits == sum((p.requests - 1) * preamble_hit for p in prediction.picker.pods
+                                         if p.requests)
+
+
+def verify_json(servers, gateway_url: str, workload: str, expect: str, capsys) -> tuple[int, dict]:
+    argv = ["verify", "--gateway-url", gateway_url, "--model-id", SERVED_MODEL, "--workload", workload,
+            "--expect", expect, "--json"]
+    for server in servers:
+        argv += ["--pod-url", f"{server.name}={server.url}"]
+    code = cli.main(argv)
+    return code, json.loads(capsys.readouterr().out)
+
+
+def test_verify_command_reports_the_real_counters(servers, server_tokenizer, cache_config, capsys):
+    block_size, _ = cache_config
+    backends = {s.name: s.url for s in servers}
+    shared_tokens = tokens_of(seed_shared(SERVED_MODEL), server_tokenizer)
+    with start_gateway(backends, seed=SEED) as gateway:
+        code, shared = verify_json(servers, gateway.url, "seed-shared", "concentrate", capsys)
+    assert code == 0
+    used = [p for p in shared["pods"] if p["requests"]]
+    assert len(used) == 1 and used[0]["requests"] == 12
+    assert used[0]["hits"] == cache_can_give(shared_tokens, block_size)
+    assert used[0]["queries"] == sum(map(len, shared_tokens))
+    assert shared["hitRate"] == pytest.approx(used[0]["hits"] / used[0]["queries"])
+
+    for server in servers:
+        reset_prefix_cache(server.url)
+    with start_gateway(backends, seed=SEED) as gateway:
+        code, unique = verify_json(servers, gateway.url, "seed-unique", "spread", capsys)
+    assert code == 0
+    assert sum(1 for p in unique["pods"] if p["requests"]) == 2
+    assert unique["hitRate"] == 0
+
+
+@dataclass
+class Sent:
+    sent_at: float
+    status: int
+    routed_to: str | None
+
+
+def send_one(url: str, body: dict) -> Sent:
+    started = time.monotonic()
+    request = urllib.request.Request(url + "/v1/completions", data=json.dumps(body).encode(),
+                                     headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(request, timeout=30) as response:
+            response.read()
+            return Sent(started, response.status, response.headers.get(ROUTED_HEADER))
+    except urllib.error.HTTPError as error:
+        return Sent(started, error.code, error.headers.get(ROUTED_HEADER))
+    except (urllib.error.URLError, OSError):
+        return Sent(started, 0, None)
+
+
+def test_killed_server_stops_being_picked_once_its_metrics_go_stale(servers, progress):
+    """Kills one server mid-run: requests sent after its metrics go stale all succeed on the other."""
+    survivor, victim = servers
+    backends = {s.name: s.url for s in servers}
+    prompts = [body["prompt"] for body in seed_unique(SERVED_MODEL)]
+    results: list[Sent] = []
+    lock = threading.Lock()
+    stop_at = [time.monotonic() + 60]  # hard bound; shortened once the victim is stale
+    counter = iter(range(400))  # hard bound on the number of requests
+
+    def worker(gateway_url: str) -> None:
+        for number in counter:
+            if time.monotonic() > stop_at[0]:
+                return
+            body = {"model": SERVED_MODEL, "prompt": f"{prompts[number % len(prompts)]} #{number}", "max_tokens": 4}
+            sent = send_one(gateway_url, body)
+            with lock:
+                results.append(sent)
+
+    with start_gateway(backends, seed=SEED) as gateway, ThreadPoolExecutor(4) as pool:
+        workers = [pool.submit(worker, gateway.url) for _ in range(4)]
+        time.sleep(3)
+        with lock:
+            before_kill = list(results)
+        killed_at = time.monotonic()
+        victim.kill()
+        while gateway.gateway.backends[victim.name].is_fresh(time.monotonic(), gateway.gateway.staleness):
+            assert time.monotonic() - killed_at < 10, "the killed server's metrics never went stale"
+            time.sleep(0.02)
+        stale_at = time.monotonic()
+        last_good_scrape = gateway.gateway.backends[victim.name].last_good_scrape
+        stop_at[0] = stale_at + 4
+        for future in workers:
+            future.result(timeout=90)
+
+    after_stale = [r for r in results if r.sent_at > stale_at]
+    in_window = [r for r in results if killed_at <= r.sent_at <= stale_at]
+    on_victim = sum(r.routed_to == victim.name for r in before_kill)
+    failed_in_window = sum(r.status != 200 for r in in_window)
+    progress.write(f"failover: {len(before_kill)} requests before the kill ({on_victim} on {victim.name}); stale "
+                   f"{stale_at - killed_at:.2f}s after the kill, {stale_at - last_good_scrape:.2f}s after its "
+                   f"last good scrape; {len(in_window)} sent in between ({failed_in_window} failed); {len(after_stale)} after\n")
+    assert any(r.routed_to == victim.name and r.status == 200 for r in before_kill), "victim never served: no test"
+    # Stale exactly when its last good scrape (taken before the kill) turned 2 s old.
+    assert last_good_scrape < killed_at + 0.1
+    assert 2.0 <= stale_at - last_good_scrape < 2.5  # 20 ms polling, on two busy cores
+    assert stale_at - killed_at < 3.0
+    assert len(after_stale) >= 10
+    assert [(r.status, r.routed_to) for r in after_stale] == [(200, survivor.name)] * len(after_stale)

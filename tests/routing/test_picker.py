@@ -1,0 +1,319 @@
+"""The endpoint-picker model: each scorer, their combination, the pick, and what it remembers."""
+
+from collections import Counter
+
+import pytest
+
+from routing.picker import (WEIGHT_NAMES, EndpointPicker, PickerConfigError, PodMetrics, Request,
+                            RoundRobinPicker)
+
+MODEL = "Qwen/Qwen2.5-0.5B-Instruct"
+# The picker hashes pseudo-tokens of 4 bytes in blocks of at least 64 of them: 256 characters.
+BLOCK_CHARS = 64 * 4
+
+
+def request(text: str, lora: str | None = None) -> Request:
+    return Request(model=MODEL, prompt=text, lora=lora)
+
+
+def idle(*names: str, **metrics) -> list[PodMetrics]:
+    return [PodMetrics(name=name, **metrics) for name in names]
+
+
+def blocks(*letters: str) -> str:
+    """A prompt of whole picker blocks, one letter per block (so blocks differ by letter)."""
+    return "".join(letter * BLOCK_CHARS for letter in letters)
+
+
+def scores_of(weights, pods, prompt="hello") -> dict:
+    return EndpointPicker(weights, seed=0).pick(request(prompt), pods).scores
+
+
+# -- single scorers ---------------------------------------------------------------------------
+
+def test_queue_scores_min_max_normalised_shortest_queue_best():
+    pods = [PodMetrics("a", waiting=0), PodMetrics("b", waiting=5), PodMetrics("c", waiting=10)]
+    assert dict(scores_of({"queue": 1}, pods)["queue"]) == {"a": 1.0, "b": 0.5, "c": 0.0}
+
+
+def test_queue_scores_all_equal_queues_are_neutral_one():
+    pods = [PodMetrics("a", waiting=7), PodMetrics("b", waiting=7)]
+    assert dict(scores_of({"queue": 1}, pods)["queue"]) == {"a": 1.0, "b": 1.0}
+
+
+def test_running_requests_uses_running_not_waiting():
+    pods = [PodMetrics("a", running=2, waiting=9), PodMetrics("b", running=6, waiting=0)]
+    assert dict(scores_of({"runningRequests": 1}, pods)["runningRequests"]) == {"a": 1.0, "b": 0.0}
+
+
+def test_kv_cache_is_one_minus_usage_and_not_normalised():
+    pods = [PodMetrics("a", kv_usage=0.2), PodMetrics("b", kv_usage=0.4)]
+    got = scores_of({"kvCache": 1}, pods)["kvCache"]
+    assert got["a"] == pytest.approx(0.8) and got["b"] == pytest.approx(0.6)
+
+
+@pytest.mark.parametrize("pod, expected", [
+    (PodMetrics("p", running_loras=frozenset({"sql"}), max_lora=1), 1.0),  # active, even when full
+    (PodMetrics("p", running_loras=frozenset({"chat"}), max_lora=2), 0.8),  # room for one more adapter
+    (PodMetrics("p", running_loras=frozenset({"chat"}), waiting_loras=frozenset({"sql"}), max_lora=2), 0.6),
+    (PodMetrics("p", running_loras=frozenset({"chat", "code"}), max_lora=2), 0.0),  # full, not queued
+    # The capacity test adds the two set sizes, so an adapter both running and waiting counts twice.
+    (PodMetrics("p", running_loras=frozenset({"chat"}), waiting_loras=frozenset({"chat"}), max_lora=2), 0.0),
+])
+def test_lora_affinity_rules(pod, expected):
+    decision = EndpointPicker({"loraAffinity": 1}, seed=0).pick(request("hi", lora="sql"), [pod])
+    assert decision.scores["loraAffinity"]["p"] == expected
+
+
+def test_lora_affinity_targets_the_model_when_no_adapter_is_named():
+    pod = PodMetrics("p", running_loras=frozenset({MODEL}), max_lora=1)
+    assert EndpointPicker({"loraAffinity": 1}, seed=0).pick(request("hi"), [pod]).scores["loraAffinity"]["p"] == 1.0
+
+
+def test_prefix_scores_matched_over_total_blocks_after_the_first_request():
+    picker = EndpointPicker({"prefix": 1}, seed=0)
+    first = picker.pick(request(blocks("a", "b", "c", "d")), idle("x", "y"))
+    assert dict(first.match_blocks) == {"x": 0, "y": 0} and first.total_blocks == 4
+    second = picker.pick(request(blocks("a", "b", "z", "z")), idle("x", "y"))
+    other = "y" if first.pod == "x" else "x"
+    assert second.match_blocks[first.pod] == 2 and second.match_blocks[other] == 0
+    assert second.scores["prefix"][first.pod] == 0.5 and second.pod == first.pod
+
+
+def test_prefix_final_partial_block_counts_in_the_total():
+    picker = EndpointPicker({"prefix": 1}, seed=0)
+    picker.pick(request(blocks("a") + "tail"), idle("x"))
+    decision = picker.pick(request(blocks("a") + "TAIL"), idle("x"))
+    # 64 full pseudo-tokens + 1 partial: two blocks, of which only the first matches.
+    assert decision.total_blocks == 2 and decision.match_blocks["x"] == 1
+    assert decision.scores["prefix"]["x"] == 0.5
+
+
+def test_prefix_differs_per_model_name():
+    picker = EndpointPicker({"prefix": 1}, seed=0)
+    picker.pick(Request(model="model-a", prompt=blocks("a", "b")), idle("x"))
+    assert picker.pick(Request(model="model-b", prompt=blocks("a", "b")), idle("x")).match_blocks["x"] == 0
+
+
+@pytest.mark.parametrize("pod_block_size, auto_tune, configured, expected_blocks", [
+    (16, True, 16, 6),     # vLLM's 16 is clamped up to 64 tokens: 384 tokens -> 6 blocks
+    (128, True, 16, 3),    # autoTune takes the pod's 128
+    (None, True, 16, 6),   # no cache_config_info: configured 16, clamped to 64
+    (128, False, 32, 6),   # no autoTune: configured 32, clamped to 64; the pod's 128 is ignored
+    (128, False, 192, 2),  # no autoTune: configured 192 is above the floor and used as is
+])
+def test_prefix_block_size_autotune_and_64_token_floor(pod_block_size, auto_tune, configured, expected_blocks):
+    picker = EndpointPicker({"prefix": 1}, seed=0, auto_tune=auto_tune, block_size_tokens=configured)
+    prompt = "x" * (384 * 4)  # 384 pseudo-tokens
+    assert picker.pick(request(prompt), idle("p", block_size=pod_block_size)).total_blocks == expected_blocks
+
+
+def test_prefix_block_size_comes_from_the_first_candidate_when_pods_disagree():
+    prompt = "x" * (384 * 4)
+    picker = EndpointPicker({"prefix": 1}, seed=0)
+    pods = [PodMetrics("a", block_size=128), PodMetrics("b", block_size=16)]
+    assert picker.pick(request(prompt), pods).total_blocks == 3
+    assert picker.pick(request(prompt), list(reversed(pods))).total_blocks == 6
+
+
+def test_prefix_max_prefix_tokens_caps_the_hashed_blocks():
+    picker = EndpointPicker({"prefix": 1}, seed=0, max_prefix_tokens=128)
+    assert picker.pick(request(blocks("a", "b", "c", "d")), idle("p")).total_blocks == 2
+
+
+def test_prefix_match_stops_at_the_first_block_no_pod_holds_and_credits_every_holder():
+    picker = EndpointPicker({"prefix": 1}, seed=0)
+    picker.pick(request(blocks("a", "b", "c")), idle("x"))
+    picker.pick(request(blocks("a")), idle("y"))
+    decision = picker.pick(request(blocks("a", "b", "q", "c")), idle("x", "y"))
+    # Block 0 is on both pods, block 1 only on x, block 2 on none: the walk stops there.
+    assert dict(decision.match_blocks) == {"x": 2, "y": 1}
+
+
+def test_prefix_index_evicts_least_recently_used_blocks_at_num_gpu_blocks():
+    picker = EndpointPicker({"prefix": 1}, seed=0)
+    small = idle("x", num_gpu_blocks=2)
+    picker.pick(request(blocks("a", "b")), small)
+    picker.pick(request(blocks("c", "d")), small)  # fills the 2-entry LRU: a, b evicted
+    both = small + idle("y", num_gpu_blocks=2)
+    assert picker.pick(request(blocks("a", "b")), both).match_blocks["x"] == 0
+
+    roomy = EndpointPicker({"prefix": 1}, seed=0)
+    roomy.pick(request(blocks("a", "b")), idle("x", num_gpu_blocks=4))
+    roomy.pick(request(blocks("c", "d")), idle("x", num_gpu_blocks=4))
+    assert roomy.pick(request(blocks("a", "b")), idle("x", num_gpu_blocks=4)).match_blocks["x"] == 2
+
+
+def test_prefix_index_refreshes_recency_when_a_block_is_added_again():
+    picker = EndpointPicker({"prefix": 1}, seed=0)
+    pod = idle("x", num_gpu_blocks=3)
+    picker.pick(request(blocks("a")), pod)
+    picker.pick(request(blocks("b")), pod)
+    picker.pick(request(blocks("a")), pod)  # a is now the most recent
+    picker.pick(request(blocks("c", "d")), pod)  # a fourth entry evicts the least recently used: b
+    assert picker.prefix_index.blocks_held("x") == 3
+    assert picker.pick(request(blocks("a")), idle("x", "y")).match_blocks["x"] == 1
+    assert picker.pick(request(blocks("b")), idle("x", "y")).match_blocks["x"] == 0
+
+
+def test_prefix_lru_capacity_is_fixed_when_the_pod_is_first_seen():
+    picker = EndpointPicker({"prefix": 1}, seed=0)
+    picker.pick(request(blocks("a")), idle("x", num_gpu_blocks=2))
+    picker.pick(request(blocks("b", "c")), idle("x", num_gpu_blocks=1000))  # the new capacity is ignored
+    assert picker.prefix_index.capacity("x") == 2
+    assert picker.pick(request(blocks("a")), idle("x")).match_blocks["x"] == 0
+
+
+def test_prefix_lru_capacity_without_autotune_is_lru_capacity_per_server():
+    picker = EndpointPicker({"prefix": 1}, seed=0, auto_tune=False, lru_capacity_per_server=5)
+    picker.pick(request(blocks("a")), idle("x", num_gpu_blocks=2))
+    assert picker.prefix_index.capacity("x") == 5
+
+
+def test_prefix_request_longer_than_the_lru_leaves_its_blocks_matchable_like_upstream():
+    # Upstream adds every hash to the pod's LRU (evicting its own head) before adding them
+    # all to the hash->pods map, so the map keeps blocks the LRU has already dropped.
+    picker = EndpointPicker({"prefix": 1}, seed=0)
+    picker.pick(request(blocks("a", "b", "c")), idle("x", num_gpu_blocks=2))
+    assert picker.prefix_index.blocks_held("x") == 2
+    assert picker.pick(request(blocks("a", "b", "c")), idle("x", "y")).match_blocks["x"] == 3
+
+
+def test_lru_cold_requests_rotate_never_used_first_then_least_recently_used():
+    picker = EndpointPicker({"lru": 1}, seed=0)
+    pods = idle("p0", "p1", "p2")
+    first = picker.pick(request(blocks("a")), pods)
+    assert dict(first.scores["lru"]) == {"p0": 1.0, "p1": 0.5, "p2": 0.0}
+    picked = [first.pod] + [picker.pick(request(blocks(letter)), pods).pod for letter in "bcdef"]
+    assert picked == ["p0", "p1", "p2", "p0", "p1", "p2"]
+
+
+def test_lru_warm_requests_score_half_everywhere_and_do_not_move_the_lru():
+    picker = EndpointPicker({"lru": 1, "prefix": 1}, seed=0)
+    pods = idle("p0", "p1", "p2")
+    assert picker.pick(request(blocks("a")), pods).pod == "p0"  # cold: p0 never used, first
+    warm = picker.pick(request(blocks("a", "b")), pods)
+    assert dict(warm.scores["lru"]) == {"p0": 0.5, "p1": 0.5, "p2": 0.5} and warm.pod == "p0"
+    cold = picker.pick(request(blocks("z")), pods)
+    # p0 took the only cold request so far; the warm one did not count.
+    assert dict(cold.scores["lru"]) == {"p1": 1.0, "p2": 0.5, "p0": 0.0}
+
+
+def test_lru_rank_counts_pods_that_left_the_candidate_list():
+    picker = EndpointPicker({"lru": 1}, seed=0)
+    for letter in "abc":
+        picker.pick(request(blocks(letter)), idle("p0", "p1", "p2"))
+    # LRU is p0, p1, p2 (oldest first); with p0 gone upstream still ranks p1 at 1, p2 at 2.
+    assert dict(picker.pick(request(blocks("d")), idle("p1", "p2")).scores["lru"]) == {"p1": 0.0, "p2": 0.0}
+
+
+def test_lru_single_candidate_scores_one():
+    assert scores_of({"lru": 1}, idle("only"))["lru"]["only"] == 1.0
+
+
+# -- combination and picking --------------------------------------------------------------------
+
+def test_total_is_the_weighted_sum_without_normalising():
+    pods = [PodMetrics("a", waiting=0, kv_usage=0.5), PodMetrics("b", waiting=4, kv_usage=0.1)]
+    decision = EndpointPicker({"queue": 2, "kvCache": 2}, seed=0).pick(request("q"), pods)
+    assert decision.totals["a"] == pytest.approx(2 * 1 + 2 * 0.5)
+    assert decision.totals["b"] == pytest.approx(2 * 0 + 2 * 0.9)
+    assert decision.pod == "a"
+    assert EndpointPicker({"queue": 1, "kvCache": 4}, seed=0).pick(request("q"), pods).pod == "b"
+
+
+def test_scores_are_clamped_to_zero_one_before_weighting():
+    pods = [PodMetrics("over", kv_usage=1.5), PodMetrics("under", kv_usage=-0.5)]
+    decision = EndpointPicker({"kvCache": 3}, seed=0).pick(request("q"), pods)
+    assert decision.scores["kvCache"]["over"] == pytest.approx(-0.5)  # raw score kept for inspection
+    assert decision.totals == {"over": 0.0, "under": 3.0}
+
+
+def test_zero_weights_are_not_scored_and_do_not_sway_the_pick():
+    pods = [PodMetrics("busy", waiting=50, kv_usage=0.0), PodMetrics("idle", waiting=0, kv_usage=0.3)]
+    decision = EndpointPicker({"queue": 0, "kvCache": 1}, seed=0).pick(request("q"), pods)
+    assert set(decision.scores) == {"kvCache"} and decision.pod == "busy"
+
+
+def test_prefix_weight_zero_keeps_no_prefix_state():
+    picker = EndpointPicker({"prefix": 0, "queue": 3, "kvCache": 2}, seed=0)
+    picker.pick(request(blocks("a")), idle("x"))
+    decision = picker.pick(request(blocks("a")), idle("x", "y"))
+    assert decision.total_blocks == 0 and dict(decision.match_blocks) == {}
+
+
+def test_ties_are_broken_uniformly_at_random():
+    picker = EndpointPicker({"queue": 2, "kvCache": 2}, seed=11)
+    counts = Counter(picker.pick(request("q"), idle("a", "b", "c")).pod for _ in range(3000))
+    assert set(counts) == {"a", "b", "c"}
+    assert all(900 <= n <= 1100 for n in counts.values()), counts
+
+
+def test_the_same_seed_gives_the_same_picks_and_another_seed_does_not():
+    def picks(seed):
+        picker = EndpointPicker({"queue": 1}, seed=seed)
+        return [picker.pick(request("q"), idle("a", "b")).pod for _ in range(64)]
+    assert picks(5) == picks(5)
+    assert picks(5) != picks(6)
+
+
+def test_a_higher_total_always_wins_regardless_of_seed():
+    pods = [PodMetrics("a", waiting=1), PodMetrics("b", waiting=0)]
+    assert {EndpointPicker({"queue": 1}, seed=s).pick(request("q"), pods).pod for s in range(50)} == {"b"}
+
+
+# -- configuration errors --------------------------------------------------------------------------
+
+def test_nonzero_predicted_latency_is_refused_with_the_reason():
+    with pytest.raises(PickerConfigError, match="predictedLatency=1.*latency-predictor"):
+        EndpointPicker({"predictedLatency": 1})
+    EndpointPicker({"predictedLatency": 0, "queue": 1})  # zero is simply off
+
+
+def test_unknown_and_negative_weights_are_named():
+    with pytest.raises(PickerConfigError) as error:
+        EndpointPicker({"prefx": 3, "queue": -1})
+    assert "prefx=3" in str(error.value) and "queue=-1" in str(error.value) and "prefix" in str(error.value)
+
+
+def test_weight_names_are_the_crd_fields():
+    assert WEIGHT_NAMES == ("queue", "kvCache", "prefix", "runningRequests", "loraAffinity", "predictedLatency", "lru")
+
+
+def test_picking_from_no_pods_is_an_error():
+    with pytest.raises(ValueError, match="no candidate pods"):
+        EndpointPicker({"queue": 1}).pick(request("q"), [])
+
+
+# -- requests from OpenAI bodies and the round-robin baseline ---------------------------------------
+
+def test_request_from_completions_body():
+    got = Request.from_openai_body({"model": "m", "prompt": "Hello", "max_tokens": 4})
+    assert got == Request(model="m", prompt="Hello")
+    assert Request.from_openai_body({"model": "m", "prompt": ["Hello"]}).prompt == "Hello"
+
+
+def test_request_from_chat_body_is_tools_json_then_role_and_content_per_message():
+    body = {"model": "m",
+            "tools": [{"type": "function", "function": {"name": "f", "description": "a<b"}}],
+            "messages": [{"role": "system", "content": "Be brief."},
+                         {"role": "user", "content": [{"type": "text", "text": "Hi"}, {"type": "text", "text": "!"}]}]}
+    expected_tools = '[{"function":{"description":"a\\u003cb","name":"f"},"type":"function"}]'
+    assert Request.from_openai_body(body).prompt == expected_tools + "systemBe brief.userHi!"
+    assert Request.from_openai_body({"model": "m", "messages": [{"role": "user", "content": "x"}]}).prompt == "userx"
+
+
+@pytest.mark.parametrize("body, message", [
+    ({"prompt": "x"}, "`model`"),
+    ({"model": "m"}, "neither `prompt`"),
+    ({"model": "m", "prompt": ["a", "b"]}, "several prompts"),
+    ({"model": "m", "messages": [{"role": "user", "content": [{"type": "image_url"}]}]}, "'image_url' part"),
+])
+def test_request_from_unreadable_bodies_says_what_is_wrong(body, message):
+    with pytest.raises(ValueError, match=message):
+        Request.from_openai_body(body)
+
+
+def test_round_robin_takes_pods_in_turn():
+    picker = RoundRobinPicker()
+    assert [picker.pick(request("q"), idle("a", "b", "c")).pod for _ in range(5)] == ["a", "b", "c", "a", "b"]

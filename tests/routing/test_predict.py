@@ -1,0 +1,297 @@
+"""`predict` against the seed page's published results, its bound, its workloads and its CLI."""
+
+import argparse
+import json
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from tokenizers import Tokenizer, models, pre_tokenizers, trainers
+
+from routing import predict as predict_command
+from routing.picker import EndpointPicker
+from routing.predict import predict, run_prediction
+from routing.prefix import EstimateTokenizer
+from routing.simulate import SimulatedServer, simulate
+from routing.workloads import (SEED_MODEL, WorkloadError, load_jsonl, seed_shared, seed_shared_prompts, seed_unique,
+                               seed_unique_prompts, to_requests)
+
+DEFAULT = {"queue": 2, "kvCache": 2, "prefix": 3}
+NO_PREFIX = {"prefix": 0, "queue": 3, "kvCache": 2}
+SEED_PAGE = Path(__file__).resolve().parents[3] / "shared" / "seed" / "endpoint-picking-across-replicas.txt"
+
+
+def pods_used(result: dict) -> int:
+    return sum(1 for pod in result["pods"] if pod["requests"])
+
+
+# -- the seed's workloads ---------------------------------------------------------------------------
+
+def test_seed_shared_prompts_are_the_pages_preamble_plus_question():
+    prompts = seed_shared_prompts()
+    assert len(prompts) == 12
+    preamble = prompts[0][:-len(" Question 1: name one factor.")]
+    assert len(preamble) == 6723 and all(p.startswith(preamble) for p in prompts)
+    assert [len(p) for p in prompts] == [6752] * 9 + [6753] * 3
+    assert prompts[11].endswith("inference architecture. Question 12: name one factor.")
+
+
+def test_seed_unique_prompts_share_no_leading_text():
+    prompts = seed_unique_prompts()
+    assert [len(p) for p in prompts] == [3589] * 9 + [3671] * 3
+    assert prompts[0].startswith("Request 1 context: Unique-1-segment-1 padding text for request 1 segment 1 ")
+    assert len({p[:10] for p in prompts}) == 12
+
+
+def test_seed_bodies_are_the_pages_completions_requests_for_any_model():
+    body = seed_shared()[0]
+    assert list(body) == ["model", "prompt", "max_tokens", "temperature"]
+    assert (body["model"], body["max_tokens"], body["temperature"]) == (SEED_MODEL, 4, 0)
+    assert {b["model"] for b in seed_unique("tiny")} == {"tiny"}
+
+
+def _page_loop(step: str) -> str:
+    """The shell between `sh -c '` and `echo'` in one of the page's steps, made to print bodies."""
+    text = SEED_PAGE.read_text()
+    script = text[text.index(step):]
+    script = script[script.index("sh -c '") + len("sh -c '"):script.index("echo'")]
+    script = script.replace('GW="\'"${GW}"\'"', "")
+    return script.replace('printf "%s" "$BODY" | curl', 'printf "%s\\n" "$BODY" #')
+
+
+@pytest.mark.skipif(not SEED_PAGE.is_file() or not shutil.which("sh"), reason="needs the seed page and sh")
+@pytest.mark.parametrize("step, bodies", [("3. Send a shared-prefix batch", seed_shared),
+                                          ("4. Compare against unique prefixes", seed_unique)])
+def test_seed_bodies_match_the_pages_shell_loop_byte_for_byte(step, bodies):
+    sent = subprocess.run(["sh", "-c", _page_loop(step)], capture_output=True, text=True, check=True).stdout
+    assert sent.splitlines() == [json.dumps(b, separators=(",", ":")) for b in bodies()]
+
+
+def test_load_jsonl_reads_completions_and_chat_bodies(tmp_path):
+    path = tmp_path / "w.jsonl"
+    path.write_text('{"model": "m", "prompt": "a"}\n\n{"model": "m", "messages": [{"role": "user", "content": "b"}]}\n')
+    assert [("prompt" in b) for b in load_jsonl(path)] == [True, False]
+    assert {b["model"] for b in load_jsonl(path, model="served")} == {"served"}
+
+
+@pytest.mark.parametrize("content, message", [
+    ('{"model": "m", "prompt": "a"}\n{"model": "m", "prompt": \n', r"line 2: not JSON"),
+    ('{"model": "m", "prompt": "a"}\n["x"]\n', r"line 2: is a JSON list"),
+    ('{"model": "m", "input": "a"}\n', r"line 1: the body has neither `prompt`"),
+    ("\n\n", r"has no requests"),
+])
+def test_load_jsonl_errors_name_the_line_and_the_fix(tmp_path, content, message):
+    path = tmp_path / "w.jsonl"
+    path.write_text(content)
+    with pytest.raises(WorkloadError, match=message):
+        load_jsonl(path)
+
+
+def test_load_jsonl_missing_file_suggests_the_builtin_workloads(tmp_path):
+    with pytest.raises(WorkloadError, match="no such file.*seed-shared, seed-unique"):
+        load_jsonl(tmp_path / "nope.jsonl")
+
+
+# -- the seed page's three results ------------------------------------------------------------------------
+
+def test_default_weights_send_the_whole_shared_batch_to_one_pod_at_about_92_percent():
+    result = predict(seed_shared(), weights=DEFAULT, replicas=2, pod_prefix="qwen-small", seed=1)
+    assert [pod["pod"] for pod in result["pods"]] == ["qwen-small-0", "qwen-small-1"]
+    assert sorted(pod["requests"] for pod in result["pods"]) == [0, 12]
+    # 11 of 12 requests hit, less each prompt's final partial block: just under 11/12.
+    assert 0.90 < result["hitRate"] < 11 / 12
+    assert result["hitRate"] == pytest.approx(result["bestHitRate"])
+
+
+def test_default_weights_concentrate_the_shared_batch_for_every_seed():
+    assert all(pods_used(predict(seed_shared(), weights=DEFAULT, replicas=2, seed=s)) == 1 for s in range(50))
+
+
+def test_unique_prefixes_spread_over_both_pods_with_no_hits():
+    result = predict(seed_unique(), weights=DEFAULT, replicas=2, seed=1)
+    assert pods_used(result) == 2 and result["hitRate"] == 0 and result["bestHitRate"] == 0
+    spread = sum(pods_used(predict(seed_unique(), weights=DEFAULT, replicas=2, seed=s)) == 2 for s in range(200))
+    assert spread >= 190
+
+
+def test_prefix_zero_spreads_the_shared_batch_and_loses_hits():
+    result = predict(seed_shared(), weights=NO_PREFIX, replicas=2, seed=1)
+    assert pods_used(result) == 2
+    assert result["hitRate"] < predict(seed_shared(), weights=DEFAULT, replicas=2, seed=1)["hitRate"]
+    spread = sum(pods_used(predict(seed_shared(), weights=NO_PREFIX, replicas=2, seed=s)) == 2 for s in range(200))
+    assert spread >= 190
+
+
+def test_round_robin_splits_the_shared_batch_evenly_and_misses_once_per_pod():
+    result = predict(seed_shared(), weights=DEFAULT, replicas=2, seed=1)["roundRobin"]
+    assert [pod["requests"] for pod in result["pods"]] == [6, 6]
+    hits_per_warm_request = result["pods"][0]["hits"] / 5
+    assert result["pods"][1]["hits"] == pytest.approx(5 * hits_per_warm_request)
+
+
+def test_json_has_exactly_the_documented_keys_with_token_counts():
+    result = predict(seed_shared(), weights=DEFAULT, replicas=2, seed=1)
+    assert set(result) == {"pods", "hitRate", "roundRobin", "bestHitRate"}
+    assert set(result["roundRobin"]) == {"pods", "hitRate"}
+    assert all(set(pod) == {"pod", "requests", "hits", "queries", "hitRate"} for pod in result["pods"])
+    unused = next(pod for pod in result["pods"] if not pod["requests"])
+    assert (unused["queries"], unused["hitRate"]) == (0, None)
+    used = next(pod for pod in result["pods"] if pod["requests"])
+    assert used["queries"] == sum((len(p.encode()) + 3) // 4 for p in seed_shared_prompts())  # estimated tokens
+
+
+# -- the best-case bound ----------------------------------------------------------------------------------
+
+prompt_parts = st.sampled_from(["System: be brief. " * 20, "Tools: search, fetch. " * 15, "Q: ", "A: ", "x" * 90])
+workloads = st.lists(st.lists(prompt_parts, min_size=1, max_size=5).map("".join), min_size=1, max_size=12)
+
+
+@settings(max_examples=60, deadline=None)
+@given(workloads, st.integers(1, 4), st.integers(0, 10 ** 6), st.sampled_from([DEFAULT, NO_PREFIX, {"lru": 2}]))
+def test_no_placement_beats_best_hit_rate(prompts, replicas, seed, weights):
+    bodies = [{"model": "m", "prompt": p} for p in prompts]
+    result = predict(bodies, weights=weights, replicas=replicas, seed=seed, capacity_blocks=40)
+    best = result["bestHitRate"]
+    assert result["hitRate"] <= best + 1e-12 and result["roundRobin"]["hitRate"] <= best + 1e-12
+
+
+def test_best_is_flagged_unreachable_only_when_the_workload_outgrows_one_pod():
+    roomy = run_prediction(seed_shared(), weights=DEFAULT, replicas=2, seed=1)
+    assert roomy.best_fits_one_pod and roomy.best_cache_blocks > 100
+    tight = run_prediction(seed_shared(), weights=DEFAULT, replicas=2, seed=1, capacity_blocks=50)
+    assert not tight.best_fits_one_pod
+    assert tight.picker.hit_rate < tight.best.hit_rate
+
+
+def test_simulate_places_serially_and_reports_each_replay_on_its_own():
+    servers = [SimulatedServer("a"), SimulatedServer("b")]
+    picker = EndpointPicker(DEFAULT, seed=2)
+    first = simulate(to_requests(seed_shared()), servers, picker, EstimateTokenizer())
+    assert len(set(first.placements)) == 1 and len(first.placements) == 12
+    again = simulate(to_requests(seed_shared()), servers, picker, EstimateTokenizer())
+    # The picker remembers where the prefix went, and the second replay's counters start at 0.
+    assert again.placements == first.placements
+    assert sum(pod.requests for pod in again.pods) == 12 and again.hit_rate > first.hit_rate
+
+
+def test_bigger_kv_blocks_lower_the_hit_rate():
+    small = predict(seed_shared(), weights=DEFAULT, replicas=2, seed=1, block_size=16)["hitRate"]
+    cpu = predict(seed_shared(), weights=DEFAULT, replicas=2, seed=1, block_size=128)["hitRate"]
+    assert cpu < small
+
+
+def test_replicas_must_be_positive():
+    with pytest.raises(ValueError, match="replicas=0"):
+        predict(seed_shared(), weights=DEFAULT, replicas=0)
+
+
+# -- the command line -------------------------------------------------------------------------------------
+
+def run_cli(*argv: str, capsys) -> tuple[int, str, str]:
+    parser = argparse.ArgumentParser()
+    predict_command.add_parser(parser.add_subparsers())
+    args = parser.parse_args(["predict", *argv])
+    status = args.func(args)
+    out, err = capsys.readouterr()
+    return status, out, err
+
+
+def test_cli_reads_the_dev_stack_and_prints_json(capsys):
+    status, out, err = run_cli("--stack", "dev", "--model", "qwen-small", "--workload", "seed-shared", "--seed", "4",
+                               "--json", capsys=capsys)
+    assert status == 0
+    result = json.loads(out)
+    assert [pod["pod"] for pod in result["pods"]] == ["qwen-small-0", "qwen-small-1"]
+    assert pods_used(result) == 1 and 0.9 < result["hitRate"] < 11 / 12
+    assert "estimated at ~4 characters per token" in err
+
+
+def test_cli_weight_override_spreads_the_shared_batch(capsys):
+    status, out, _ = run_cli("--stack", "dev", "--model", "qwen-small", "--weights", "prefix=0,queue=3,kvCache=2",
+                             "--seed", "1", capsys=capsys)
+    assert status == 0
+    assert "weights queue=3 kvCache=2 prefix=0" in out
+    assert "Round-robin" in out and "bestHitRate" in out
+
+
+def test_cli_table_shows_per_pod_rows(capsys):
+    status, out, _ = run_cli("--pods", "3", "--workload", "seed-unique", "--seed", "2", capsys=capsys)
+    assert status == 0
+    assert all(f"pod-{i}" in out for i in range(3)) and "Prediction without a stack: 3 pods" in out
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--stack", "dev", "--model", "qwen-small", "--weights", "prefx=1"], "Did you mean 'prefix'"),
+    (["--stack", "dev", "--model", "qwen-small", "--weights", "queue=-2"], "queue"),
+    (["--stack", "dev", "--model", "qwen-small", "--weights", "predictedLatency=1"], "predictedLatency=1"),
+    (["--stack", "dev"], "--model: stack 'dev' has 2 models"),
+    (["--stack", "dev", "--model", "qwen-big"], "no model named 'qwen-big'"),
+    (["--stack", "nope", "--model", "qwen-small"], "stacks here: "),
+    (["--pods", "2", "--replicas", "3"], "--replicas needs --stack"),
+    (["--pods", "2", "--workload", "seed-sharde"], "no such file.*seed-shared"),
+    (["--pods", "2", "--tokenizer", "/nonexistent/tokenizer.json"], "--tokenizer"),
+])
+def test_cli_errors_name_the_option_the_value_and_the_fix(capsys, argv, message):
+    status, out, err = run_cli(*argv, capsys=capsys)
+    assert status == 2 and out == ""
+    assert err.startswith("predict: ")
+    assert re.search(message, err), err
+
+
+def _stack_with(tmp_path: Path, extra: str) -> Path:
+    dev = (Path(__file__).resolve().parents[2] / "stacks" / "Pulumi.dev.yaml").read_text()
+    marker = "      model: Qwen/Qwen2.5-0.5B-Instruct\n"
+    assert marker in dev
+    (tmp_path / "Pulumi.custom.yaml").write_text(dev.replace(marker, marker + extra))
+    return tmp_path
+
+
+def test_cli_refuses_a_model_with_a_custom_picker_config_map(capsys, tmp_path):
+    stacks = _stack_with(tmp_path, "      pickerConfigMap:\n        name: my-picker\n")
+    status, _, err = run_cli("--stack", "custom", "--model", "qwen-small", "--stacks-dir", str(stacks), capsys=capsys)
+    assert status == 2
+    assert "custom picker ConfigMap (my-picker" in err and "--pods" in err
+
+
+def test_cli_replicas_override_and_scaled_down_models(capsys, tmp_path):
+    stacks = _stack_with(tmp_path, "")
+    text = (stacks / "Pulumi.custom.yaml").read_text().replace("replicas: 2", "replicas: 0")
+    (stacks / "Pulumi.custom.yaml").write_text(text)
+    common = ("--stack", "custom", "--model", "qwen-small", "--stacks-dir", str(stacks), "--json", "--seed", "1")
+    status, _, err = run_cli(*common, capsys=capsys)
+    assert status == 2 and "replicas 0" in err and "--replicas N" in err
+    status, out, _ = run_cli(*common, "--replicas", "3", capsys=capsys)
+    assert status == 0 and len(json.loads(out)["pods"]) == 3
+
+
+def test_cli_jsonl_workload_errors_carry_the_line_number(capsys, tmp_path):
+    path = tmp_path / "w.jsonl"
+    path.write_text('{"model": "m", "prompt": "ok"}\n{"prompt": \n')
+    status, _, err = run_cli("--pods", "2", "--workload", str(path), capsys=capsys)
+    assert status == 2 and "line 2" in err
+
+
+def test_cli_counts_tokens_with_a_tokenizer_file(capsys, tmp_path):
+    tokenizer = Tokenizer(models.BPE(unk_token="<unk>"))
+    tokenizer.pre_tokenizer = pre_tokenizers.Whitespace()
+    tokenizer.train_from_iterator(seed_shared_prompts(), trainers.BpeTrainer(vocab_size=300, special_tokens=["<unk>"]))
+    tokenizer.save(str(tmp_path / "tokenizer.json"))
+    status, out, err = run_cli("--pods", "2", "--tokenizer", str(tmp_path), "--json", "--seed", "1", capsys=capsys)
+    assert status == 0 and f"counted with {tmp_path / 'tokenizer.json'}" in err
+    result = json.loads(out)
+    expected_queries = sum(len(tokenizer.encode(p).ids) for p in seed_shared_prompts())
+    assert sum(pod["queries"] for pod in result["pods"]) == expected_queries
+    assert pods_used(result) == 1 and result["hitRate"] > 0.85
+
+
+def test_cli_epp_scheduler_is_flagged_and_refuses_the_lru_weight(capsys, tmp_path):
+    stacks = _stack_with(tmp_path, "      scheduler: epp\n")
+    common = ("--stack", "custom", "--model", "qwen-small", "--stacks-dir", str(stacks), "--seed", "1")
+    status, out, _ = run_cli(*common, capsys=capsys)
+    assert status == 0 and "scheduler epp: modelled with the llm-d router v0.10 scorers" in out
+    status, _, err = run_cli(*common, "--weights", "lru=2", capsys=capsys)
+    assert status == 2 and "lru weight exists only with scheduler llm-d" in err

@@ -1,0 +1,179 @@
+"""`serve` against stand-in model servers: proxying, streaming, scraped metrics, staleness."""
+
+from __future__ import annotations
+
+import json
+import time
+import urllib.error
+import urllib.request
+
+import pytest
+
+from routing import __main__ as cli
+from routing.serve import ROUTED_HEADER, start_gateway
+from routing.workloads import seed_shared, seed_unique
+
+from fake_http import FakeModelServer
+
+
+@pytest.fixture
+def backends():
+    servers = [FakeModelServer("a").start(), FakeModelServer("b").start()]
+    yield servers
+    for server in servers:
+        server.stop()
+
+
+def post(url: str, body: dict, timeout: float = 10) -> tuple[int, dict, bytes]:
+    request = urllib.request.Request(url, data=json.dumps(body).encode(), method="POST",
+                                     headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as response:
+            return response.status, dict(response.headers), response.read()
+    except urllib.error.HTTPError as error:
+        return error.code, dict(error.headers), error.read()
+
+
+def get(url: str) -> tuple[int, bytes]:
+    try:
+        with urllib.request.urlopen(url, timeout=10) as response:
+            return response.status, response.read()
+    except urllib.error.HTTPError as error:
+        return error.code, error.read()
+
+
+def backend_map(servers) -> dict[str, str]:
+    return {s.name: s.url for s in servers}
+
+
+def test_proxies_completions_and_names_the_chosen_backend(backends):
+    body = {"model": "m", "prompt": "hello", "max_tokens": 4}
+    with start_gateway(backend_map(backends), seed=1) as gateway:
+        status, headers, raw = post(gateway.url + "/v1/completions", body)
+    assert status == 200
+    served_by = json.loads(raw)["served_by"]
+    assert headers[ROUTED_HEADER] == served_by
+    chosen = next(s for s in backends if s.name == served_by)
+    assert chosen.bodies == [body]
+
+
+def test_chat_completions_and_models_are_proxied(backends):
+    with start_gateway(backend_map(backends), seed=1) as gateway:
+        status, headers, raw = post(gateway.url + "/v1/chat/completions",
+                                    {"model": "m", "messages": [{"role": "user", "content": "hi"}]})
+        assert status == 200 and headers[ROUTED_HEADER] in ("a", "b")
+        status, raw = get(gateway.url + "/v1/models")
+        assert status == 200 and json.loads(raw)["data"][0]["id"] == "m"
+
+
+def test_streaming_reaches_the_client_chunk_by_chunk(backends):
+    for server in backends:
+        server.chunks, server.chunk_delay = 3, 0.4
+    body = {"model": "m", "prompt": "hello", "stream": True}
+    with start_gateway(backend_map(backends), seed=1) as gateway:
+        request = urllib.request.Request(gateway.url + "/v1/completions", data=json.dumps(body).encode(),
+                                         headers={"Content-Type": "application/json"})
+        started = time.monotonic()
+        with urllib.request.urlopen(request, timeout=10) as response:
+            first_line = response.readline()
+            first_at = time.monotonic() - started
+            rest = response.read()
+            total = time.monotonic() - started
+    assert first_line.startswith(b"data: {")
+    assert b"data: [DONE]" in rest
+    # The first chunk must not wait for the whole reply (3 chunks 0.4 s apart).
+    assert first_at < 0.6 < total
+
+
+def test_health_reports_each_backend(backends):
+    with start_gateway(backend_map(backends), seed=1) as gateway:
+        status, raw = get(gateway.url + "/health")
+    report = json.loads(raw)
+    assert status == 200
+    assert set(report["backends"]) == {"a", "b"}
+    assert all(b["fresh"] for b in report["backends"].values())
+
+
+def test_scraped_queue_depth_steers_the_pick(backends):
+    a, b = backends
+    b.waiting = 5
+    with start_gateway(backend_map(backends), {"prefix": 0, "kvCache": 0, "queue": 1}, seed=1) as gateway:
+        time.sleep(0.2)  # a few scrapes
+        routed = [post(gateway.url + "/v1/completions", {"model": "m", "prompt": f"p{i}"})[1][ROUTED_HEADER]
+                  for i in range(6)]
+    assert routed == ["a"] * 6
+
+
+def test_shared_prefix_concentrates_and_unique_spreads_with_default_weights(backends):
+    with start_gateway(backend_map(backends), seed=3) as gateway:
+        shared = [post(gateway.url + "/v1/completions", body)[1][ROUTED_HEADER] for body in seed_shared("m")]
+    with start_gateway(backend_map(backends), seed=3) as gateway:
+        unique = [post(gateway.url + "/v1/completions", body)[1][ROUTED_HEADER] for body in seed_unique("m")]
+    assert len(set(shared)) == 1
+    assert set(unique) == {"a", "b"}
+
+
+def test_round_robin_alternates(backends):
+    with start_gateway(backend_map(backends), round_robin=True) as gateway:
+        routed = [post(gateway.url + "/v1/completions", {"model": "m", "prompt": "same"})[1][ROUTED_HEADER]
+                  for _ in range(4)]
+    assert routed in (["a", "b", "a", "b"], ["b", "a", "b", "a"])
+
+
+def test_backend_with_stale_metrics_is_not_picked(backends):
+    a, b = backends
+    with start_gateway(backend_map(backends), round_robin=True, staleness=0.5) as gateway:
+        b.metrics_status = 500
+        time.sleep(0.1)
+        # Still within the staleness window: b is a candidate.
+        assert {b_.name for b_ in gateway.gateway.fresh_backends()} == {"a", "b"}
+        time.sleep(0.6)
+        routed = [post(gateway.url + "/v1/completions", {"model": "m", "prompt": "x"}) for _ in range(4)]
+        status, raw = get(gateway.url + "/health")
+    assert [r[1][ROUTED_HEADER] for r in routed] == ["a"] * 4
+    assert all(r[0] == 200 for r in routed)
+    health = json.loads(raw)["backends"]["b"]
+    assert not health["fresh"] and "500" in health["lastError"]
+
+
+def test_no_fresh_backend_is_a_503_that_says_why(backends):
+    with start_gateway(backend_map(backends), staleness=0.3) as gateway:
+        for server in backends:
+            server.metrics_status = 503
+        time.sleep(0.6)
+        status, _, raw = post(gateway.url + "/v1/completions", {"model": "m", "prompt": "x"})
+        health_status, _ = get(gateway.url + "/health")
+    assert status == 503 and health_status == 503
+    assert "no backend has had a good /metrics scrape" in json.loads(raw)["error"]["message"]
+
+
+def test_backend_that_refuses_connections_is_a_502_naming_it(backends):
+    a, b = backends
+    with start_gateway({"a": a.url}, staleness=30) as gateway:
+        a.stop()
+        status, headers, raw = post(gateway.url + "/v1/completions", {"model": "m", "prompt": "x"})
+    assert status == 502 and headers[ROUTED_HEADER] == "a"
+    assert "backend a" in json.loads(raw)["error"]["message"]
+
+
+def test_unroutable_body_is_a_400(backends):
+    with start_gateway(backend_map(backends)) as gateway:
+        status, _, raw = post(gateway.url + "/v1/completions", {"prompt": "no model"})
+    assert status == 400 and "model" in json.loads(raw)["error"]["message"]
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["serve", "--backend", "nourl"], "--backend 'nourl': expected NAME=URL"),
+    (["serve", "--backend", "a=http://x", "--weights", "prefx=1"], "prefx"),
+    (["serve", "--backend", "a=http://x", "--weights", "queue=-1"], "queue"),
+])
+def test_bad_options_name_the_option_and_the_value(argv, message, capsys):
+    with pytest.raises(SystemExit):
+        cli.main(argv)
+    assert message in capsys.readouterr().err
+
+
+def test_help_says_it_is_not_a_production_gateway(capsys):
+    with pytest.raises(SystemExit):
+        cli.main(["serve", "--help"])
+    assert "Not a production gateway" in " ".join(capsys.readouterr().out.split())

@@ -1,0 +1,265 @@
+"""`verify` against a stand-in gateway and stand-in pods, directly and through a fake API server."""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+
+import aiohttp
+import pytest
+from aiohttp import web
+
+from fake_http import FakeModelServer, ThreadedServer
+from routing import __main__ as cli
+from routing.verify import GATEWAY_LABEL, GATEWAY_NAMESPACE, resolve_target
+
+
+class FakeGateway:
+    """Stands in for the gateway: forwards each request to the pod `choose(n)` names."""
+
+    def __init__(self, pods: dict[str, FakeModelServer], choose, fail_every: int = 0):
+        self.pods = pods
+        self.choose = choose
+        self.fail_every = fail_every
+        self.count = itertools.count(1)
+        self.server = ThreadedServer(self.make_app)
+
+    async def make_app(self) -> web.Application:
+        app = web.Application()
+        app.router.add_post("/v1/completions", self.forward)
+        return app
+
+    async def forward(self, request: web.Request) -> web.Response:
+        number = next(self.count)
+        if self.fail_every and number % self.fail_every == 0:
+            return web.json_response({"error": "no healthy upstream"}, status=503)
+        pod = self.pods[self.choose(number)]
+        async with aiohttp.ClientSession() as session:
+            async with session.post(pod.url + "/v1/completions", data=await request.read(),
+                                    headers={"Content-Type": "application/json"}) as upstream:
+                return web.Response(status=upstream.status, body=await upstream.read(),
+                                    content_type="application/json")
+
+    @property
+    def url(self) -> str:
+        return self.server.url
+
+
+@pytest.fixture
+def pods():
+    servers = {"pod-a": FakeModelServer("pod-a", hits_per_request=100).start(),
+               "pod-b": FakeModelServer("pod-b", hits_per_request=100).start()}
+    yield servers
+    for server in servers.values():
+        server.stop()
+
+
+@pytest.fixture
+def gateway_factory():
+    started = []
+
+    def start(pods, choose, fail_every=0):
+        gateway = FakeGateway(pods, choose, fail_every)
+        gateway.server.start()
+        started.append(gateway)
+        return gateway
+
+    yield start
+    for gateway in started:
+        gateway.server.stop()
+
+
+def verify_args(pods, gateway, *extra) -> list[str]:
+    argv = ["verify", "--model-id", "m", "--gateway-url", gateway.url]
+    for name, pod in pods.items():
+        argv += ["--pod-url", f"{name}={pod.url}"]
+    return argv + list(extra)
+
+
+def test_concentrated_batch_passes_concentrate_and_shows_the_deltas(pods, gateway_factory, capsys):
+    gateway = gateway_factory(pods, lambda n: "pod-a")
+    pods["pod-a"].requests = 40  # earlier traffic: only the delta counts
+    code = cli.main(verify_args(pods, gateway, "--expect", "concentrate"))
+    out = capsys.readouterr().out
+    assert code == 0
+    assert "200 " * 12 in out  # the page's progress line
+    assert "PASS: concentrate: all requests on one pod (pod-a 12)" in out
+    row = next(line for line in out.splitlines() if line.startswith("pod-a"))
+    assert row.split()[:3] == ["pod-a", "12", "1200"]
+    assert pods["pod-a"].bodies[0]["model"] == "m" and pods["pod-b"].bodies == []
+
+
+def test_concentrated_batch_fails_spread_and_says_why(pods, gateway_factory, capsys):
+    gateway = gateway_factory(pods, lambda n: "pod-a")
+    code = cli.main(verify_args(pods, gateway, "--expect", "spread"))
+    assert code == 1
+    assert "FAIL: spread expected more than one pod, but only pod-a 12 served requests" in capsys.readouterr().out
+
+
+def test_alternating_gateway_passes_spread_and_fails_concentrate(pods, gateway_factory, capsys):
+    gateway = gateway_factory(pods, lambda n: "pod-a" if n % 2 else "pod-b")
+    assert cli.main(verify_args(pods, gateway, "--workload", "seed-unique", "--expect", "spread")) == 0
+    assert "PASS: spread: 2 pods served requests (pod-a 6, pod-b 6)" in capsys.readouterr().out
+    assert cli.main(verify_args(pods, gateway, "--expect", "concentrate")) == 1
+    assert "concentrate expected one pod, but 2 pods served requests" in capsys.readouterr().out
+
+
+def test_json_output_has_predicts_shape(pods, gateway_factory, capsys):
+    gateway = gateway_factory(pods, lambda n: "pod-b")
+    assert cli.main(verify_args(pods, gateway, "--json")) == 0
+    captured = capsys.readouterr()
+    report = json.loads(captured.out)
+    assert set(report) == {"pods", "hitRate"}
+    by_pod = {p["pod"]: p for p in report["pods"]}
+    assert set(by_pod["pod-b"]) == {"pod", "requests", "hits", "queries", "hitRate"}
+    assert by_pod["pod-b"]["requests"] == 12 and by_pod["pod-a"]["requests"] == 0
+    assert by_pod["pod-b"]["hitRate"] == pytest.approx(1200 / by_pod["pod-b"]["queries"])
+    assert "200 200" in captured.err  # progress stays off stdout
+
+
+def test_failed_requests_fail_the_run_whatever_was_expected(pods, gateway_factory, capsys):
+    gateway = gateway_factory(pods, lambda n: "pod-a", fail_every=4)
+    assert cli.main(verify_args(pods, gateway, "--expect", "concentrate")) == 1
+    out = capsys.readouterr().out
+    assert "503" in out and "3 of 12 requests failed" in out
+
+
+def test_pod_restarted_during_the_batch_is_marked(pods, gateway_factory, capsys):
+    pods["pod-a"].requests, pods["pod-a"].hits, pods["pod-a"].queries = 500, 90000, 100000
+    gateway = gateway_factory(pods, lambda n: "pod-b")
+    reads = itertools.count()
+
+    def restart_after_first_read(pod: FakeModelServer) -> None:
+        if next(reads) >= 1:
+            pod.requests, pod.hits, pod.queries = 0, 0, 0
+
+    pods["pod-a"].before_metrics = restart_after_first_read
+    assert cli.main(verify_args(pods, gateway)) == 0
+    out = capsys.readouterr().out
+    assert "(restarted)" in out and "restarted: requests 500 → 0" in out
+
+
+def test_pod_without_prefix_metric_is_marked(pods, gateway_factory, capsys):
+    pods["pod-b"].prefix_metric = None
+    gateway = gateway_factory(pods, lambda n: "pod-a" if n % 2 else "pod-b")
+    assert cli.main(verify_args(pods, gateway)) == 0
+    out = capsys.readouterr().out
+    assert "(no prefix-cache metric)" in out
+    overall = next(line for line in out.splitlines() if line.startswith("overall"))
+    assert overall.split()[1:3] == ["12", "600"]  # pod-b's requests counted, its hits unknown
+
+
+def test_old_gpu_metric_names_are_read(pods, gateway_factory, capsys):
+    for pod in pods.values():
+        pod.prefix_metric = "vllm:gpu_prefix_cache"
+    gateway = gateway_factory(pods, lambda n: "pod-a")
+    assert cli.main(verify_args(pods, gateway, "--expect", "concentrate")) == 0
+    assert "no prefix-cache metric" not in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["verify", "--model-id", "m", "--gateway-url", "http://127.0.0.1:1"], "no pods to read: pass --pod-url"),
+    (["verify", "--model-id", "m", "--pod-url", "a=http://127.0.0.1:1"], "no gateway: pass --gateway-url"),
+    (["verify", "--pod-url", "a=http://127.0.0.1:1", "--gateway-url", "http://127.0.0.1:1"],
+     "--workload seed-shared needs a served model name: pass --model-id"),
+    (["verify", "--model-id", "m", "--pod-url", "a=http://127.0.0.1:1", "--gateway-url", "http://127.0.0.1:1"],
+     "--pod-url a=http://127.0.0.1:1: cannot read http://127.0.0.1:1/metrics"),
+    (["verify", "--stack", "dev"], "--stack and --model go together"),
+    (["verify", "--model-id", "m", "--workload", "missing.jsonl", "--pod-url", "a=http://x"], "missing.jsonl: no such"),
+])
+def test_unusable_options_exit_2_with_the_fix(argv, message, capsys):
+    assert cli.main(argv) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_malformed_pod_url_names_the_option(capsys):
+    with pytest.raises(SystemExit):
+        cli.main(["verify", "--pod-url", "just-a-url"])
+    assert "--pod-url 'just-a-url': expected NAME=URL" in capsys.readouterr().err
+
+
+def test_stack_fills_namespace_label_model_and_gateway():
+    args = argparse.Namespace(stack="dev", model="qwen-small", model_id=None, namespace=None, label=None, port=None,
+                              gateway_name=None)
+    target = resolve_target(args)
+    assert (target.model_id, target.namespace, target.label, target.port, target.gateway_name) == (
+        "Qwen/Qwen2.5-0.5B-Instruct", "inference", "vllm-qwen-small", 8000, "inference-gateway")
+
+
+class FakeApiServer:
+    """The few Kubernetes API paths verify uses: list pods and services, pod and service proxies."""
+
+    TOKEN = "test-token"
+
+    def __init__(self, pods: dict[str, FakeModelServer], gateway: FakeGateway, namespace: str, label: str):
+        self.pods, self.gateway, self.namespace, self.label = pods, gateway, namespace, label
+        self.selectors: list[str] = []
+        self.server = ThreadedServer(self.make_app)
+
+    async def make_app(self) -> web.Application:
+        app = web.Application(middlewares=[self.auth])
+        app.router.add_get("/api/v1/namespaces/{ns}/pods", self.list_pods)
+        app.router.add_get("/api/v1/namespaces/{ns}/pods/{target}/proxy/metrics", self.pod_metrics)
+        app.router.add_get("/api/v1/namespaces/{ns}/services", self.list_services)
+        app.router.add_post("/api/v1/namespaces/{ns}/services/{target}/proxy/{path:.*}", self.service_proxy)
+        return app
+
+    @web.middleware
+    async def auth(self, request, handler):
+        if request.headers.get("Authorization") != f"Bearer {self.TOKEN}":
+            return web.json_response({"kind": "Status", "code": 401}, status=401)
+        return await handler(request)
+
+    async def list_pods(self, request):
+        self.selectors.append(request.query.get("labelSelector", ""))
+        ready = request.match_info["ns"] == self.namespace and request.query.get("labelSelector") == f"app={self.label}"
+        items = [{"metadata": {"name": name, "namespace": self.namespace, "labels": {"app": self.label}},
+                  "status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}}
+                 for name in self.pods] if ready else []
+        items.append({"metadata": {"name": "starting-pod"}, "status": {"phase": "Pending"}})
+        return web.json_response({"kind": "PodList", "apiVersion": "v1", "metadata": {}, "items": items})
+
+    async def pod_metrics(self, request):
+        name, _, port = request.match_info["target"].partition(":")
+        assert port == "8000"
+        return web.Response(text=self.pods[name].metrics_text())
+
+    async def list_services(self, request):
+        self.selectors.append(request.query.get("labelSelector", ""))
+        items = []
+        if request.match_info["ns"] == GATEWAY_NAMESPACE and request.query.get("labelSelector") == \
+                f"{GATEWAY_LABEL}=my-gateway":
+            items = [{"metadata": {"name": "envoy-inference-my-gateway-1a2b", "namespace": GATEWAY_NAMESPACE},
+                      "spec": {"ports": [{"name": "http", "port": 80, "protocol": "TCP"}]}}]
+        return web.json_response({"kind": "ServiceList", "apiVersion": "v1", "metadata": {}, "items": items})
+
+    async def service_proxy(self, request):
+        assert request.match_info["target"] == "envoy-inference-my-gateway-1a2b:80"
+        async with aiohttp.ClientSession() as session:
+            async with session.post(f"{self.gateway.url}/{request.match_info['path']}", data=await request.read(),
+                                    headers={"Content-Type": "application/json"}) as upstream:
+                return web.Response(status=upstream.status, body=await upstream.read())
+
+
+def test_kubernetes_discovery_and_proxies(pods, gateway_factory, tmp_path, capsys):
+    gateway = gateway_factory(pods, lambda n: "pod-b")
+    api = FakeApiServer(pods, gateway, "inference", "vllm-qwen-small")
+    api.server.start()
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(json.dumps({
+        "apiVersion": "v1", "kind": "Config", "current-context": "fake",
+        "clusters": [{"name": "fake", "cluster": {"server": api.server.url}}],
+        "users": [{"name": "me", "user": {"token": FakeApiServer.TOKEN}}],
+        "contexts": [{"name": "fake", "context": {"cluster": "fake", "user": "me"}}],
+    }))
+    try:
+        code = cli.main(["verify", "--model-id", "m", "--namespace", "inference", "--label", "vllm-qwen-small",
+                         "--gateway-name", "my-gateway", "--kubeconfig", str(kubeconfig), "--expect", "concentrate"])
+    finally:
+        api.server.stop()
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert "PASS: concentrate: all requests on one pod (pod-b 12)" in out
+    assert "starting-pod" not in out  # not ready: not read
+    assert "app=vllm-qwen-small" in api.selectors and f"{GATEWAY_LABEL}=my-gateway" in api.selectors
