@@ -36,11 +36,14 @@ else:
 in_cluster = pulumi.ResourceOptions(provider=cluster.provider)
 
 gpu_selector = None
+models_ready: list[pulumi.Resource] = []
 if settings.gpu_nodes is not None:
     gpu_nodes = GpuNodes("gpu-nodes", settings=settings.gpu_nodes, cluster=cluster.eks, node_role=cluster.node_role,
-                         subnet_ids=cluster.subnet_ids, k8s_provider=cluster.provider,
-                         opts=pulumi.ResourceOptions(depends_on=cluster_ready))
+                         node_policies=cluster.node_policies, subnet_ids=cluster.subnet_ids,
+                         k8s_provider=cluster.provider, opts=pulumi.ResourceOptions(depends_on=cluster_ready))
     gpu_selector = node_selector()
+    # Model pods can only start once GPU nodes and the device plugin are there.
+    models_ready.append(gpu_nodes)
 
 hf_token = pulumi.Config(NAMESPACE).get_secret("hfToken") if settings.hf_token else None
 namespace = ModelNamespace("models", namespace=settings.namespace, hf_token=hf_token,
@@ -49,7 +52,7 @@ namespace = ModelNamespace("models", namespace=settings.namespace, hf_token=hf_t
 for model in settings.models:
     ModelServer(f"model-{model.name}", model=model, namespace=settings.namespace, hf_token=settings.hf_token,
                 gpu_node_selector=gpu_selector,
-                opts=in_cluster.merge(pulumi.ResourceOptions(depends_on=[namespace])))
+                opts=in_cluster.merge(pulumi.ResourceOptions(depends_on=[namespace, *models_ready])))
 
 gateway_dependencies: list[pulumi.Resource] = [namespace]
 if settings.gateway.install_addon:

@@ -29,4 +29,6 @@ fi
 echo "== installing vLLM (CPU build) into .venv-vllm"
 bash .ci/setup-vllm.sh .venv-vllm
 export VLLM_PYTHON="$PWD/.venv-vllm/bin/python"
+# vLLM is installed now, so the end-to-end tests must run: a skip would be a failure.
+export ROUTING_E2E_REQUIRED=1
 exec .venv/bin/python -m pytest "$@"

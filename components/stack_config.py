@@ -17,6 +17,7 @@ SECRET_KEYS_ENV = "PULUMI_CONFIG_SECRET_KEYS"
 def project_config(namespace: str) -> tuple[dict[str, Any], frozenset[str]]:
     """This project's keys (namespace stripped) and which of them are secrets."""
     # Config set in-process (the SDK's mocks, the Automation API) overrides the environment.
+    # CONFIG is the SDK's own store behind pulumi.Config; the pinned SDK version keeps it stable.
     config = {**json.loads(os.environ.get(CONFIG_ENV) or "{}"), **runtime_config.CONFIG.get()}
     secret_keys = set(json.loads(os.environ.get(SECRET_KEYS_ENV) or "[]"))
     prefix = namespace + ":"

@@ -3,7 +3,10 @@ the routing toolkit reads a stack through this package exactly as `pulumi up` do
 
 from .errors import NAMESPACE, Problem, SettingsError
 from .model import (
+    DEFAULT_VLLM_IMAGE,
     DEFAULT_WEIGHTS,
+    GATEWAY_OWNER_LABEL,
+    GATEWAY_SYSTEM_NAMESPACE,
     VLLM_PORT,
     WEIGHT_NAMES,
     ClusterSettings,
@@ -15,11 +18,11 @@ from .model import (
     PickerConfigMap,
     Settings,
 )
-from .parse import DEFAULT_VLLM_IMAGE, parse_settings, parse_weight_overrides
+from .parse import parse_settings, parse_weight_overrides
 from .stackfile import load_stack, read_stack_config, stack_file
 
 __all__ = [
-    "NAMESPACE", "Problem", "SettingsError", "DEFAULT_WEIGHTS", "VLLM_PORT", "WEIGHT_NAMES", "ClusterSettings",
+    "NAMESPACE", "Problem", "SettingsError", "DEFAULT_WEIGHTS", "GATEWAY_OWNER_LABEL", "GATEWAY_SYSTEM_NAMESPACE", "VLLM_PORT", "WEIGHT_NAMES", "ClusterSettings",
     "GatewaySettings", "GpuNodeSettings", "JwtSettings", "ModelSettings", "NodeGroupSize", "PickerConfigMap",
     "Settings", "DEFAULT_VLLM_IMAGE", "parse_settings", "parse_weight_overrides", "load_stack", "read_stack_config",
     "stack_file",

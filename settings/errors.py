@@ -18,19 +18,28 @@ class Problem:
     config_key: bool = True
 
     def __str__(self) -> str:
-        shown = "(not set)" if self.value is _NOT_SET else repr(self.value)
         key = f"{NAMESPACE}:{self.key}" if self.config_key else self.key
-        return f"{key} = {shown}: {self.message}"
+        if self.value is NO_VALUE:
+            return f"{key}: {self.message}"
+        return f"{key} = {self.value!r}: {self.message}"
 
 
-class _NotSet:
+class _Shown:
+    """A stand-in value whose repr is the text shown in its place."""
+
+    def __init__(self, text: str):
+        self.text = text
+
     def __repr__(self) -> str:
-        return "(not set)"
+        return self.text
 
 
 # Marks a Problem about a key that is missing rather than wrong.
-_NOT_SET = _NotSet()
-NOT_SET = _NOT_SET
+NOT_SET = _Shown("(not set)")
+# For a problem about a whole file or option rather than one value.
+NO_VALUE = _Shown("")
+# Shown instead of the value of a key stored as a secret: error messages reach logs and PR comments.
+HIDDEN = _Shown("<secret>")
 
 
 class SettingsError(ValueError):

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from types import MappingProxyType
 from typing import Mapping
 
@@ -15,8 +15,23 @@ WEIGHT_NAMES = ("queue", "kvCache", "prefix", "runningRequests", "loraAffinity",
 # picker's built-in profile (queue-scorer 2, kv-cache-utilization-scorer 2, prefix-cache-scorer 3).
 DEFAULT_WEIGHTS: Mapping[str, int] = MappingProxyType({"queue": 2, "kvCache": 2, "prefix": 3})
 
+# The HyperPod inference add-on runs its controller and each gateway's Envoy Service here;
+# the Envoy Service carries this label with the gateway's name.
+GATEWAY_SYSTEM_NAMESPACE = "hyperpod-inference-system"
+GATEWAY_OWNER_LABEL = "gateway.envoyproxy.io/owning-gateway-name"
+
 # vLLM's OpenAI server listens here; the seed's Services and the CRD's targetPort default agree.
 VLLM_PORT = 8000
+
+# A published tag after vLLM 0.9.2 renamed the KV-cache metric the picker reads; 0.11 also
+# hides the deprecated gpu_* metrics, so the picker and `routing verify` read one set of names.
+DEFAULT_VLLM_IMAGE = "vllm/vllm-openai:v0.11.0"
+DEFAULT_NAMESPACE = "inference"
+
+
+def default_of(cls: type, name: str):
+    """A settings field's default: the dataclasses below are the one place defaults are written."""
+    return next(f.default for f in fields(cls) if f.name == name)
 
 
 def frozen_mapping(values: Mapping[str, object] | None = None) -> Mapping:
@@ -38,9 +53,12 @@ class ModelSettings:
     name: str
     model: str
     deployment: str
-    replicas: int
-    image: str
-    gpus: int
+    replicas: int = 1
+    image: str = DEFAULT_VLLM_IMAGE
+    gpus: int = 1
+    # Requests sized for a 0.5B-8B model on one GPU; a g5.xlarge (4 vCPU, 16 GiB) fits one.
+    cpu: str = "2"
+    memory: str = "8Gi"
     port: int = VLLM_PORT
     max_model_len: int | None = None
     gpu_memory_utilization: float | None = None

@@ -11,10 +11,11 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from .errors import NOT_SET, SettingsError
+from .errors import HIDDEN, NOT_SET, SettingsError
 from .model import (
+    DEFAULT_NAMESPACE,
+    DEFAULT_VLLM_IMAGE,
     DEFAULT_WEIGHTS,
-    VLLM_PORT,
     WEIGHT_NAMES,
     ClusterSettings,
     GatewaySettings,
@@ -25,6 +26,7 @@ from .model import (
     PickerConfigMap,
     Settings,
     SystemNodeSettings,
+    default_of,
     frozen_mapping,
 )
 from .reader import MISSING, Coerce, ConfigNode, Problems, decode_json, did_you_mean
@@ -32,9 +34,6 @@ from .reader import MISSING, Coerce, ConfigNode, Problems, decode_json, did_you_
 # The oldest vLLM whose metrics the picker reads: 0.9.2 renamed the KV-cache gauge to
 # vllm:kv_cache_usage_perc, and the picker silently ignores the old name.
 MIN_VLLM_VERSION = (0, 9, 2)
-# A published tag after the rename; 0.11 also hides the deprecated gpu_* metrics, so the
-# picker and `routing verify` read one set of names.
-DEFAULT_VLLM_IMAGE = "vllm/vllm-openai:v0.11.0"
 
 # CRD limits (InferenceGatewayConfig, spec.schedulers).
 MAX_SCHEDULERS = 100
@@ -45,9 +44,11 @@ MAX_AUDIENCES = 8
 MAX_REQUIRED_CLAIMS = 16
 
 WEIGHT_HINT = " Weights are non-negative integers; 0 turns a scorer off."
+# The CRD stores weights as integers; beyond int32 the API server would reject or truncate them.
+MAX_WEIGHT = 2**31 - 1
 
 TOP_LEVEL_KEYS = ("namespace", "models", "weights", "gateway", "cluster", "gpuNodes", "hfToken")
-MODEL_KEYS = ("name", "model", "deployment", "replicas", "image", "gpus", "port", "maxModelLen",
+MODEL_KEYS = ("name", "model", "deployment", "replicas", "image", "gpus", "cpu", "memory", "port", "maxModelLen",
               "gpuMemoryUtilization", "extraArgs", "scheduler", "weights", "pickerConfigMap",
               "loraAdapters", "pickerReplicas", "routeTimeout", "logLevel")
 GATEWAY_KEYS = ("name", "bbr", "bbrReplicas", "tls", "jwt", "metrics", "podDefaults", "installAddon", "addonVersion")
@@ -68,6 +69,7 @@ DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 # Service names must start with a letter (RFC 1035).
 DNS_1035_LABEL = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
 DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+KUBERNETES_QUANTITY = re.compile(r"^[0-9]+(\.[0-9]+)?(m|k|M|G|T|P|Ki|Mi|Gi|Ti|Pi)?$")
 # Gateway API Duration (GEP-2257).
 GATEWAY_DURATION = re.compile(r"^([0-9]{1,5}(h|m|s|ms)){1,4}$")
 ACM_ARN = re.compile(r"^arn:aws[a-z-]*:acm:[a-z0-9-]+:[0-9]{12}:certificate/[A-Za-z0-9-]+$")
@@ -95,7 +97,7 @@ def parse_settings(raw: Mapping[str, Any], *, stack: str, secret_keys: frozenset
 
     Raises SettingsError listing every problem; no partial result is ever returned.
     """
-    problems = Problems()
+    problems = Problems(secret_keys=secret_keys)
     parser = _Parser(problems)
     top = ConfigNode("", _structured_top(raw), _flat_top(raw), problems)
     settings = parser.settings(top, stack=stack, secret_keys=secret_keys)
@@ -119,7 +121,7 @@ def parse_weight_overrides(text: str, *, key: str = "--weights") -> dict[str, in
             problems.add(f"{key} {name}", value, f"is not a scorer weight.{did_you_mean(name, WEIGHT_NAMES)} "
                                                  f"Valid weights: {', '.join(WEIGHT_NAMES)}.")
             continue
-        number = coerce.integer(minimum=0, hint=WEIGHT_HINT)(f"{key} {name}", value)
+        number = coerce.integer(minimum=0, maximum=MAX_WEIGHT, hint=WEIGHT_HINT)(f"{key} {name}", value)
         if number is not MISSING:
             weights[name] = number
     if problems.items:
@@ -148,10 +150,11 @@ class _Parser:
             self.problems.add(name, top.structured.get(name, NOT_SET),
                               f"is not a key of this project.{did_you_mean(name, TOP_LEVEL_KEYS)} "
                               f"Valid keys: {', '.join(TOP_LEVEL_KEYS)}. Remove it with `pulumi config rm {name}`.")
-        namespace = top.leaf("namespace", self.coerce.string(_dns_label_message), "inference")
+        namespace = top.leaf("namespace", self.coerce.string(_dns_label_message), DEFAULT_NAMESPACE)
         weights = self.weights(top.child("weights"))
         cluster = self.cluster(top.child("cluster"), stack)
         gpu_nodes = self.gpu_nodes(top.child("gpuNodes"), cluster)
+        top.reject_below("models", "a list, set entry by entry with `pulumi config set --path 'models[0].<field>' <value>`")
         models = self.models(top.raw("models"), weights)
         gateway = self.gateway(top.child("gateway"), models)
         hf_token = self.hf_token(top, secret_keys)
@@ -160,12 +163,13 @@ class _Parser:
                         gpu_nodes=gpu_nodes, hf_token=hf_token, warnings=warnings)
 
     def hf_token(self, top: ConfigNode, secret_keys: frozenset[str]) -> bool:
+        top.reject_below("hfToken")
         value = top.structured.get("hfToken", MISSING)
         if value is MISSING or value == "":
             return False
         if "hfToken" not in secret_keys:
             # The value itself is never echoed: it is a credential.
-            self.problems.add("hfToken", "<hidden>", "is stored in plain text in the stack file. Store it encrypted with "
+            self.problems.add("hfToken", HIDDEN, "is stored in plain text in the stack file. Store it encrypted with "
                                                      "`pulumi config set --secret hfToken <token>`.")
         return True
 
@@ -175,7 +179,7 @@ class _Parser:
         for name in sorted(node.names() - set(WEIGHT_NAMES)):
             self.problems.add(node.child_key(name), node.structured.get(name, node.flat.get(name, NOT_SET)),
                               f"is not a scorer weight.{did_you_mean(name, WEIGHT_NAMES)} Valid weights: {', '.join(WEIGHT_NAMES)}.")
-        weight = self.coerce.integer(minimum=0, hint=WEIGHT_HINT)
+        weight = self.coerce.integer(minimum=0, maximum=MAX_WEIGHT, hint=WEIGHT_HINT)
         weights = {}
         for name in WEIGHT_NAMES:
             value = node.leaf(name, weight, MISSING)
@@ -242,14 +246,18 @@ class _Parser:
                                f"vllm-{name}" if isinstance(name, str) else MISSING)
         if isinstance(deployment, str) and (message := _service_name_message(deployment)) and "deployment" not in entry:
             self.problems.add(f"{key}.deployment", deployment, message)
-        replicas = node.leaf("replicas", c.integer(minimum=0, hint=" 0 scales the model down."), 1)
-        image = node.leaf("image", c.string(_vllm_image_message), DEFAULT_VLLM_IMAGE)
-        gpus = node.leaf("gpus", c.integer(minimum=1, maximum=8, hint=" vLLM uses them as tensor-parallel ranks."), 1)
-        port = node.leaf("port", c.integer(minimum=1, maximum=65535), VLLM_PORT)
+        replicas = node.leaf("replicas", c.integer(minimum=0, hint=" 0 scales the model down."),
+                               default_of(ModelSettings, "replicas"))
+        image = node.leaf("image", c.string(_vllm_image_message), default_of(ModelSettings, "image"))
+        gpus = node.leaf("gpus", c.integer(minimum=1, maximum=8, hint=" vLLM uses them as tensor-parallel ranks."),
+                           default_of(ModelSettings, "gpus"))
+        cpu = node.leaf("cpu", c.string(_quantity_message), default_of(ModelSettings, "cpu"))
+        memory = node.leaf("memory", c.string(_quantity_message), default_of(ModelSettings, "memory"))
+        port = node.leaf("port", c.integer(minimum=1, maximum=65535), default_of(ModelSettings, "port"))
         max_model_len = node.leaf("maxModelLen", c.integer(minimum=1), None)
         gpu_memory = node.leaf("gpuMemoryUtilization", c.number(0.0, 1.0, " vLLM's share of GPU memory, e.g. 0.9."), None)
         extra_args = node.leaf("extraArgs", c.string_list(c.string(_managed_flag_message)), ())
-        scheduler = node.leaf("scheduler", c.choice(("llm-d", "epp")), "llm-d")
+        scheduler = node.leaf("scheduler", c.choice(("llm-d", "epp")), default_of(ModelSettings, "scheduler"))
         own_weights = self.weights(node.child("weights"))
         config_map = self.picker_config_map(node) if "pickerConfigMap" in entry else None
         loras = node.leaf("loraAdapters", c.string_list(c.string(_model_name_message), max_items=MAX_LORA_ADAPTERS,
@@ -272,7 +280,8 @@ class _Parser:
         if len(self.problems.items) > before:
             return None
         return ModelSettings(
-            name=name, model=model_id, deployment=deployment, replicas=replicas, image=image, gpus=gpus, port=port,
+            name=name, model=model_id, deployment=deployment, replicas=replicas, image=image, gpus=gpus, cpu=cpu,
+            memory=memory, port=port,
             max_model_len=max_model_len, gpu_memory_utilization=gpu_memory, extra_args=extra_args,
             scheduler=scheduler, weights=frozen_mapping(weights), picker_config_map=config_map,
             lora_adapters=loras, picker_replicas=picker_replicas, route_timeout=route_timeout, log_level=log_level)
@@ -285,7 +294,7 @@ class _Parser:
             if "name" not in node.structured:
                 self.problems.add(node.child_key("name"), NOT_SET, "is required: the ConfigMap holding the picker configuration.")
             return None
-        key = node.leaf("key", self.coerce.string(_config_map_key_message), "default-plugins.yaml")
+        key = node.leaf("key", self.coerce.string(_config_map_key_message), default_of(PickerConfigMap, "key"))
         return None if key is MISSING else PickerConfigMap(name=name, key=key)
 
     # -- gateway ---------------------------------------------------------------------------
@@ -293,7 +302,7 @@ class _Parser:
     def gateway(self, node: ConfigNode, models: tuple[ModelSettings, ...]) -> GatewaySettings:
         node.reject_unknown(GATEWAY_KEYS)
         c = self.coerce
-        name = node.leaf("name", c.string(_dns_label_message), "inference-gateway")
+        name = node.leaf("name", c.string(_dns_label_message), default_of(GatewaySettings, "name"))
         bbr_raw = node.leaf("bbr", self._bbr, "auto")
         if bbr_raw == "auto":
             bbr = len(models) > 1
@@ -309,8 +318,9 @@ class _Parser:
         jwt = self.jwt(node.child("jwt")) if "jwt" in node.names() else None
         metrics = node.leaf("metrics", c.boolean, None)
         pod_defaults = self.pod_defaults(node) if "podDefaults" in node.names() else None
-        install_addon = node.leaf("installAddon", c.boolean, False)
-        addon_version = node.leaf("addonVersion", c.string(_addon_version_message), "v2.0.0-eksbuild.2")
+        install_addon = node.leaf("installAddon", c.boolean, default_of(GatewaySettings, "install_addon"))
+        addon_version = node.leaf("addonVersion", c.string(_addon_version_message),
+                                  default_of(GatewaySettings, "addon_version"))
         return GatewaySettings(name=name, bbr_enabled=bbr is True, bbr_replicas=bbr_replicas, tls_acm_arn=tls_arn,
                                jwt=jwt, metrics=metrics, pod_defaults=pod_defaults, install_addon=install_addon is True,
                                addon_version=addon_version)
@@ -328,7 +338,7 @@ class _Parser:
         node.reject_unknown(JWT_KEYS)
         c = self.coerce
         before = len(self.problems.items)
-        name = node.leaf("name", c.string(_dns_label_message), "jwt")
+        name = node.leaf("name", c.string(_dns_label_message), default_of(JwtSettings, "name"))
         issuer = node.leaf("issuer", c.string(_https_message), MISSING)
         jwks = node.leaf("jwksUri", c.string(_https_message), MISSING)
         for field_name, value in (("issuer", issuer), ("jwksUri", jwks)):
@@ -388,7 +398,7 @@ class _Parser:
     def cluster(self, node: ConfigNode, stack: str) -> ClusterSettings:
         node.reject_unknown(CLUSTER_KEYS)
         c = self.coerce
-        existing = node.leaf("existing", c.boolean, False)
+        existing = node.leaf("existing", c.boolean, default_of(ClusterSettings, "existing"))
         name = node.leaf("name", c.string(_cluster_name_message), MISSING)
         if existing is True:
             if name is MISSING and "name" not in node.names():
@@ -401,7 +411,7 @@ class _Parser:
                                       "applies only to a cluster this stack creates; with cluster.existing the "
                                       f"cluster is used as it is. Remove it (`pulumi config rm --path cluster.{only_new}`).")
             return ClusterSettings(name=name if isinstance(name, str) else "", existing=True)
-        version = node.leaf("version", c.string(_eks_version_message), "1.34")
+        version = node.leaf("version", c.string(_eks_version_message), default_of(ClusterSettings, "version"))
         vpc_id = node.leaf("vpcId", c.string(_pattern_message(VPC_ID, "a VPC id such as vpc-0123456789abcdef0")), None)
         subnet = c.string(_pattern_message(SUBNET_ID, "a subnet id such as subnet-0123456789abcdef0"))
         private = node.leaf("privateSubnetIds", c.string_list(subnet, unique=True), ())
@@ -412,8 +422,9 @@ class _Parser:
         if (private or public) and not vpc_id:
             self.problems.add("cluster.vpcId", NOT_SET, "is required when subnet ids are given; set the VPC they "
                                                         "belong to, or remove the subnets to get a dedicated VPC.")
-        public_access = node.leaf("endpointPublicAccess", c.boolean, True)
-        private_access = node.leaf("endpointPrivateAccess", c.boolean, True)
+        public_access = node.leaf("endpointPublicAccess", c.boolean, default_of(ClusterSettings, "endpoint_public_access"))
+        private_access = node.leaf("endpointPrivateAccess", c.boolean,
+                                   default_of(ClusterSettings, "endpoint_private_access"))
         if public_access is False and private_access is False:
             self.problems.add("cluster.endpointPrivateAccess", False, "the API server must be reachable one way: "
                                                                       "turn on endpointPrivateAccess or endpointPublicAccess.")
@@ -424,8 +435,8 @@ class _Parser:
         system_node.reject_unknown(NODE_GROUP_KEYS)
         system = SystemNodeSettings(
             instance_types=system_node.leaf("instanceTypes", c.string_list(c.string(_instance_type_message), min_items=1),
-                                            ("m6i.large",)),
-            size=self.node_group_size(system_node, NodeGroupSize(desired=2, min=1, max=3)))
+                                            default_of(SystemNodeSettings, "instance_types")),
+            size=self.node_group_size(system_node, default_of(SystemNodeSettings, "size")))
         return ClusterSettings(name=name if isinstance(name, str) else f"inference-{stack}", existing=False,
                                version=version, vpc_id=vpc_id, private_subnet_ids=private, public_subnet_ids=public,
                                endpoint_public_access=public_access is not False,
@@ -453,19 +464,22 @@ class _Parser:
             return None
         node.reject_unknown(GPU_NODE_KEYS)
         c = self.coerce
-        ami = node.leaf("amiType", c.choice(GPU_AMI_TYPES), "AL2023_x86_64_NVIDIA")
-        time_slicing = node.leaf("timeSlicing", c.integer(minimum=1, maximum=48, hint=" 1 turns time-slicing off."), 1)
+        ami = node.leaf("amiType", c.choice(GPU_AMI_TYPES), default_of(GpuNodeSettings, "ami_type"))
+        time_slicing = node.leaf("timeSlicing", c.integer(minimum=1, maximum=48, hint=" 1 turns time-slicing off."),
+                                   default_of(GpuNodeSettings, "time_slicing"))
         if isinstance(ami, str) and ami.startswith("BOTTLEROCKET") and isinstance(time_slicing, int) and time_slicing > 1:
             self.problems.add("gpuNodes.timeSlicing", time_slicing,
                               "is configured through the NVIDIA device plugin this stack installs on AL2023 nodes; "
                               "Bottlerocket ships its own plugin. Use an AL2023 amiType or timeSlicing 1.")
         result = GpuNodeSettings(
             instance_types=node.leaf("instanceTypes", c.string_list(c.string(_instance_type_message), min_items=1),
-                                     ("g5.xlarge",)),
-            size=self.node_group_size(node, NodeGroupSize(desired=1, min=1, max=2)),
-            capacity_type=node.leaf("capacityType", c.choice(("ON_DEMAND", "SPOT")), "ON_DEMAND"),
+                                     default_of(GpuNodeSettings, "instance_types")),
+            size=self.node_group_size(node, default_of(GpuNodeSettings, "size")),
+            capacity_type=node.leaf("capacityType", c.choice(("ON_DEMAND", "SPOT")),
+                                    default_of(GpuNodeSettings, "capacity_type")),
             disk_size_gib=node.leaf("diskSize", c.integer(minimum=50, maximum=16384, hint=" GiB; vLLM images are "
-                                                          "about 10 GiB before any model weights."), 200),
+                                                          "about 10 GiB before any model weights."),
+                                    default_of(GpuNodeSettings, "disk_size_gib")),
             ami_type=ami, time_slicing=time_slicing)
         return result
 
@@ -477,15 +491,24 @@ class _Parser:
         if gateway.jwt is None:
             warnings.append("gateway.jwt is not set: the gateway authenticates nobody, and anyone who can reach it "
                             "can use the models. Set gateway.jwt.issuer, gateway.jwt.jwksUri and gateway.jwt.audiences.")
+        if gateway.tls_acm_arn == "":
+            warnings.append("gateway.tls is auto: the controller has cert-manager issue the certificate and imports it "
+                            "to ACM, which needs cert-manager in the cluster and an IRSA role for the controller with ACM "
+                            "access; this stack installs neither. Without them the gateway never reports Ready.")
         if gpu_nodes is not None and models:
             per_node = GPUS_PER_INSTANCE.get(gpu_nodes.instance_types[0])
             wanted = sum(m.replicas * m.gpus for m in models)
             if per_node is not None:
-                available = per_node * gpu_nodes.time_slicing * gpu_nodes.size.max
+                # Nothing here scales the node group: `desired` nodes are what the pods get.
+                available = per_node * gpu_nodes.time_slicing * gpu_nodes.size.desired
                 if wanted > available:
-                    warnings.append(f"the models ask for {wanted} GPUs but gpuNodes.max={gpu_nodes.size.max} nodes of "
-                                    f"{gpu_nodes.instance_types[0]} give at most {available}; some replicas will stay "
-                                    "Pending. Raise gpuNodes.max or lower replicas.")
+                    warnings.append(f"the models ask for {wanted} GPUs but gpuNodes.desired={gpu_nodes.size.desired} "
+                                    f"nodes of {gpu_nodes.instance_types[0]} give {available}; some replicas will stay "
+                                    "Pending. Raise gpuNodes.desired or lower replicas.")
+                elif wanted == available:
+                    warnings.append(f"the models use all {available} GPUs of gpuNodes.desired={gpu_nodes.size.desired} "
+                                    "nodes, so a rolling update (which starts the new pod before stopping an old one) "
+                                    "cannot place its new pod. Raise gpuNodes.desired by one node.")
         return tuple(warnings)
 
 
@@ -543,6 +566,12 @@ def _managed_flag_message(value: str) -> str | None:
     if flag in MANAGED_VLLM_FLAGS:
         return (f"is set by the stack itself; use the model's own key instead (model, port, gpus, maxModelLen, "
                 "gpuMemoryUtilization). Prefix caching stays on because the gateway's prefix scorer relies on it.")
+    return None
+
+
+def _quantity_message(value: str) -> str | None:
+    if not KUBERNETES_QUANTITY.match(value):
+        return "must be a Kubernetes quantity such as 2, 500m, 8Gi or 16G."
     return None
 
 

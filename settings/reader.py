@@ -13,10 +13,15 @@ from __future__ import annotations
 import difflib
 import json
 import math
+import re
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from .errors import NOT_SET, Problem
+from .errors import HIDDEN, NAMESPACE, NOT_SET, Problem
+
+
+# Digits only: int() would also take "1_000" and non-ASCII digits, which nothing downstream reads.
+PLAIN_INTEGER = re.compile(r"^[+-]?[0-9]+$")
 
 
 class _Missing:
@@ -30,12 +35,15 @@ MISSING: Any = _Missing()
 class Problems:
     """Collects problems so that one run reports every bad value, not just the first."""
 
-    def __init__(self, config_keys: bool = True) -> None:
+    def __init__(self, config_keys: bool = True, secret_keys: frozenset[str] = frozenset()) -> None:
         self.items: list[Problem] = []
         self.config_keys = config_keys
+        self.secret_keys = secret_keys
 
     def add(self, key: str, value: object, message: str) -> None:
-        self.items.append(Problem(key, value, message, config_key=self.config_keys))
+        top_level = re.split(r"[.\[]", key, maxsplit=1)[0]
+        shown = HIDDEN if top_level in self.secret_keys and value is not NOT_SET else value
+        self.items.append(Problem(key, shown, message, config_key=self.config_keys))
 
 
 def decode_json(text: str) -> Any:
@@ -85,10 +93,17 @@ class ConfigNode:
     def child(self, name: str) -> ConfigNode:
         prefix = name + "."
         flat = {k[len(prefix):]: v for k, v in self.flat.items() if k.startswith(prefix)}
+        structured = self.structured.get(name, MISSING)
         if name in self.flat:
-            self.problems.add(self.child_key(name), self.flat[name],
-                              f"is an object; set its fields one by one, e.g. `pulumi config set {self.child_key(name)}.<field> <value>`.")
-        return ConfigNode(self.child_key(name), self.structured.get(name, MISSING), flat, self.problems)
+            # `pulumi config set gateway.podDefaults '{...}'`: a whole object as JSON under a flat key.
+            decoded = decode_json(self.flat[name])
+            if isinstance(decoded, dict) and structured is MISSING:
+                structured = decoded
+            else:
+                self.problems.add(self.child_key(name), self.flat[name],
+                                  f"is an object; set its fields one by one, e.g. `pulumi config set "
+                                  f"{self.child_key(name)}.<field> <value>`.")
+        return ConfigNode(self.child_key(name), structured, flat, self.problems)
 
     def raw(self, name: str) -> Any:
         """The structured value of a field that has no flat form (lists of objects)."""
@@ -100,6 +115,7 @@ class ConfigNode:
     def leaf(self, name: str, coerce: Callable[[str, Any], Any], default: Any = None) -> Any:
         """One field's value: flat form, structured form, or default; both forms must agree."""
         key = self.child_key(name)
+        self.reject_below(name)
         structured = self.structured.get(name, MISSING)
         flat = self.flat.get(name, MISSING)
         from_structured = MISSING if structured is MISSING else coerce(key, structured)
@@ -116,6 +132,13 @@ class ConfigNode:
             return from_structured
         return default
 
+    def reject_below(self, name: str, what: str = "a single value, not an object") -> None:
+        """Flat keys under a single value (`weights.prefix.x`) would otherwise be silently ignored."""
+        for flat_key in sorted(k for k in self.flat if k.startswith(name + ".")):
+            full_key = self.child_key(flat_key)
+            self.problems.add(full_key, self.flat[flat_key],
+                              f"{self.child_key(name)} is {what}; remove this key with `pulumi config rm {full_key}`.")
+
     def reject_unknown(self, valid: Iterable[str]) -> None:
         valid = list(valid)
         for name in sorted(self.names() - set(valid)):
@@ -125,7 +148,7 @@ class ConfigNode:
                               f"Valid keys: {', '.join(valid)}.")
 
 
-NAMESPACE_PREFIX = "inference-gateway:"
+NAMESPACE_PREFIX = f"{NAMESPACE}:"
 
 
 class Coerce:
@@ -147,11 +170,8 @@ class Coerce:
                 number = value
             elif isinstance(value, float) and math.isfinite(value) and value.is_integer():
                 number = int(value)
-            elif isinstance(value, str):
-                try:
-                    number = int(value.strip())
-                except ValueError:
-                    number = MISSING
+            elif isinstance(value, str) and PLAIN_INTEGER.match(value.strip()):
+                number = int(value.strip())
             if number is MISSING:
                 return self._fail(key, value, f"must be a whole number{bounds}.{hint}")
             if (minimum is not None and number < minimum) or (maximum is not None and number > maximum):
@@ -218,7 +238,8 @@ class Coerce:
                 return self._fail(key, value, "must be a list of strings, e.g. '[\"a\", \"b\"]'.")
             if len(value) < min_items or (max_items is not None and len(value) > max_items):
                 limit = f"between {min_items} and {max_items}" if max_items is not None else f"at least {min_items}"
-                return self._fail(key, value, f"must hold {limit} entries; it holds {len(value)}.")
+                plural = "entry" if limit.endswith(" 1") else "entries"
+                return self._fail(key, value, f"must hold {limit} {plural}; it holds {len(value)}.")
             items = []
             for index, entry in enumerate(value):
                 entry_key = f"{key}[{index}]"

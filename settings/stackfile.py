@@ -7,7 +7,7 @@ from typing import Any
 
 import yaml
 
-from .errors import NAMESPACE, Problem, SettingsError
+from .errors import NAMESPACE, NO_VALUE, Problem, SettingsError
 from .model import Settings
 from .parse import parse_settings
 
@@ -20,12 +20,21 @@ def stack_file(stack: str, stacks_dir: Path | None = None) -> Path:
 
 def read_stack_config(path: Path) -> tuple[dict[str, Any], frozenset[str]]:
     """The project's keys (without the namespace) and which of them are encrypted secrets."""
-    document = yaml.safe_load(path.read_text()) or {}
-    config = document.get("config") or {}
+    try:
+        document = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as error:
+        raise _file_error(path, f"is not valid YAML: {error}") from None
+    config = document.get("config") if isinstance(document, dict) else None
+    config = {} if config is None and isinstance(document, dict) else config
+    if not isinstance(config, dict):
+        raise _file_error(path, "needs a top-level `config:` mapping of `inference-gateway:<key>: <value>` entries.")
     prefix = NAMESPACE + ":"
     raw: dict[str, Any] = {}
     secret_keys = set()
     for key, value in config.items():
+        if not isinstance(key, str):
+            raise _file_error(path, f"has the config key {key!r}, which YAML read as {type(key).__name__}; "
+                                    "keys are `namespace:name` strings (quote it).")
         if not key.startswith(prefix):
             continue  # another provider's namespace, e.g. aws:region
         name = key[len(prefix):]
@@ -33,6 +42,10 @@ def read_stack_config(path: Path) -> tuple[dict[str, Any], frozenset[str]]:
             secret_keys.add(name)
         raw[name] = value
     return raw, frozenset(secret_keys)
+
+
+def _file_error(path: Path, message: str) -> SettingsError:
+    return SettingsError([Problem(str(path), NO_VALUE, message, config_key=False)], where="reading the stack file")
 
 
 def load_stack(stack: str, stacks_dir: Path | None = None) -> Settings:

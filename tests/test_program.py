@@ -38,7 +38,7 @@ def test_dev_stack_declares_cluster_gpu_nodes_models_addon_and_gateway():
     assert gpu_group["amiType"] == "AL2023_x86_64_NVIDIA"
     assert gpu_group["taints"] == [{"key": "nvidia.com/gpu", "value": "true", "effect": "NO_SCHEDULE"}]
     assert gpu_group["labels"]["nvidia.com/gpu.present"] == "true"
-    assert gpu_group["scalingConfig"]["desiredSize"] == 3
+    assert gpu_group["scalingConfig"]["desiredSize"] == 4
     assert run.named("gpu-nodes-device-plugin").inputs["version"] == "0.17.4"
     assert {r.inputs["metadata"]["name"] for r in run.of_type("kubernetes:apps/v1:Deployment")} == {"vllm-qwen", "vllm-qwen-small"}
     addon = run.named("inference-addon-addon").inputs
@@ -138,3 +138,66 @@ def test_hf_token_stays_secret():
     env = deployment["spec"]["template"]["spec"]["containers"][0]["env"]
     assert env[0]["valueFrom"]["secretKeyRef"]["name"] == "hf-token"
     assert "hf_secret_value" not in json.dumps([r.inputs for r in run.resources if r.name != "models-hf-token"])
+
+
+def dependency_names(run, resource) -> set[str]:
+    return {urn.rsplit("::", 1)[-1] for urn in resource.options["dependencies"]}
+
+
+def test_node_groups_wait_for_their_iam_policies():
+    config, _ = from_stack_file("dev")
+    run = run_program(config, stack="dev")
+    policies = {r.name for r in run.of_type("aws:iam/rolePolicyAttachment:RolePolicyAttachment") if "node" in r.name}
+    assert len(policies) == 3
+    for group in run.of_type("eks:index:ManagedNodeGroup"):
+        assert policies <= dependency_names(run, group), group.name
+
+
+def test_model_servers_wait_for_gpu_nodes_and_allow_a_slow_first_rollout():
+    config, _ = from_stack_file("dev")
+    run = run_program(config, stack="dev")
+    for server in run.of_type("inference-gateway:index:ModelServer"):
+        # Depending on the GpuNodes component means depending on each of its children.
+        assert {"gpu-nodes-group", "gpu-nodes-device-plugin"} <= dependency_names(run, server)
+    for deployment in run.of_type("kubernetes:apps/v1:Deployment"):
+        assert deployment.options["customTimeouts"] == {"create": "40m", "update": "40m"}
+
+
+def test_addon_keeps_the_operator_off_the_gateway_resource():
+    config, _ = from_stack_file("dev")
+    values = json.loads(run_program(config, stack="dev").named("inference-addon-addon").inputs["configurationValues"])
+    assert values["inferenceOperator"] == {"enabled": False}
+
+
+def test_existing_cluster_looks_up_its_oidc_provider_only_for_the_addon():
+    config, _ = from_stack_file("existing")
+    lookup = "aws:iam/getOpenIdConnectProvider:getOpenIdConnectProvider"
+    assert lookup not in [token for token, _ in run_program(config, stack="existing").calls]
+    with_addon = run_program({**config, "gateway.installAddon": "true"}, stack="existing")
+    assert lookup in [token for token, _ in with_addon.calls]
+    trust = json.loads(with_addon.named("inference-addon-controller-role").inputs["assumeRolePolicy"])
+    assert trust["Statement"][0]["Principal"]["Federated"].endswith("oidc-provider/oidc.eks.us-west-2.amazonaws.com/id/ABC")
+
+
+def as_kubernetes_json(value):
+    """Mocks hand every number back as a float; the API schemas want integers where they are whole."""
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, dict):
+        return {k: as_kubernetes_json(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [as_kubernetes_json(v) for v in value]
+    return value
+
+
+@pytest.mark.parametrize("stack", ["dev", "existing"])
+def test_registered_kubernetes_objects_validate_against_the_api_schema(stack):
+    from kubernetes_validate import utils as kubernetes_schemas
+
+    config, _ = from_stack_file(stack)
+    run = run_program(config, stack=stack)
+    core = [r for r in run.resources if r.type.startswith("kubernetes:") and r.inputs.get("apiVersion") in
+            ("v1", "apps/v1", "policy/v1")]
+    assert {r.inputs["kind"] for r in core} >= {"Namespace", "Deployment", "Service"}
+    for resource in core:
+        kubernetes_schemas.validate(as_kubernetes_json(resource.inputs), "1.34.0", strict=True)

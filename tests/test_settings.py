@@ -256,15 +256,121 @@ def test_weight_overrides_for_the_routing_tools():
         parse_weight_overrides("prefix")
 
 
+@pytest.mark.parametrize(("config", "key", "expected"), [
+    ({"namespace": "Inference"}, "namespace", "must be a DNS label"),
+    ({"models": [{**SMALL, "gpus": 9}]}, "models[0].gpus", "from 1 to 8"),
+    ({"models": [{**SMALL, "gpuMemoryUtilization": 1.5}]}, "models[0].gpuMemoryUtilization", "at most 1"),
+    ({"models": [{**SMALL, "routeTimeout": "5 minutes"}]}, "models[0].routeTimeout", "Gateway API duration"),
+    ({"models": [{**SMALL, "cpu": "two"}]}, "models[0].cpu", "Kubernetes quantity"),
+    ({"models": [{**SMALL, "memory": "8 GB"}]}, "models[0].memory", "Kubernetes quantity"),
+    ({"models": [{**SMALL, "deployment": "1vllm"}]}, "models[0].deployment", "DNS-1035 label"),
+    ({"models": [SMALL, {**LARGE, "deployment": "vllm-qwen-small"}], "gateway.bbr": "true"}, "models[1].deployment",
+     "cannot share one Deployment"),
+    ({"models": [{"model": "org/m"}]}, "models[0].name", "is required"),
+    ({"models": [{"name": "m"}]}, "models[0].model", "is required"),
+    ({"models": [{**SMALL, "pickerConfigMap": {"key": "k"}}]}, "models[0].pickerConfigMap.name", "is required"),
+    ({"models": [SMALL, SMALL, "qwen"]}, "models[2]", "must be an object"),
+    ({"models": {"name": "qwen"}}, "models", "must be a list"),
+    ({"cluster.version": "1.27"}, "cluster.version", "at least 1.29"),
+    ({"cluster.vpcId": "vpc-1"}, "cluster.vpcId", "a VPC id"),
+    ({"cluster": {"vpcId": "vpc-0123456789abcdef0", "privateSubnetIds": ["subnet-0123456789abcdef0"]}},
+     "cluster.privateSubnetIds", "at least two private subnets"),
+    ({"cluster": {"privateSubnetIds": ["subnet-0123456789abcdef0", "subnet-0123456789abcdef1"]}}, "cluster.vpcId",
+     "is required when subnet ids are given"),
+    ({"cluster": {"privateSubnetIds": ["subnet-1"]}}, "cluster.privateSubnetIds[0]", "a subnet id"),
+    ({"cluster": {"endpointPublicAccess": False, "endpointPrivateAccess": False}}, "cluster.endpointPrivateAccess",
+     "must be reachable one way"),
+    ({"cluster.publicAccessCidrs": '["10.0.0.0/33"]'}, "cluster.publicAccessCidrs[0]", "CIDR block"),
+    ({"cluster": {"systemNodes": {"instanceTypes": ["big"]}}}, "cluster.systemNodes.instanceTypes[0]", "EC2 instance type"),
+    ({"gpuNodes.instanceTypes": "[]"}, "gpuNodes.instanceTypes", "must hold at least 1 entry"),
+    ({"gpuNodes.capacityType": "spot"}, "gpuNodes.capacityType", "'ON_DEMAND' or 'SPOT'"),
+    ({"gpuNodes.diskSize": "20"}, "gpuNodes.diskSize", "from 50 to 16384"),
+    ({"gpuNodes.amiType": "AL2_x86_64_GPU"}, "gpuNodes.amiType", "AL2023_x86_64_NVIDIA"),
+    ({"gpuNodes.timeSlicing": "0"}, "gpuNodes.timeSlicing", "from 1 to 48"),
+    ({"gateway.addonVersion": "2.0.0"}, "gateway.addonVersion", "v2.0.0-eksbuild.2"),
+    ({"gateway.bbr": "sometimes"}, "gateway.bbr", "auto, true or false"),
+    ({"gateway.bbrReplicas": "0"}, "gateway.bbrReplicas", "at least 1"),
+    ({"gateway.metrics": "yes"}, "gateway.metrics", "true or false"),
+    ({"gateway.podDefaults": '{"tolerations": {}}'}, "gateway.podDefaults.tolerations", "must be a list"),
+    ({"gateway": {"jwt": {"issuer": "https://idp", "jwksUri": "https://idp/jwks", "requiredClaims": [
+        {"name": "groups", "values": ["x" * 1025]}]}}}, "gateway.jwt.requiredClaims[0].values[0]", "1 to 1024 characters"),
+    ({"gateway": {"jwt": {"issuer": "https://idp", "jwksUri": "https://idp/jwks",
+                          "audiences": [f"a{i}" for i in range(9)]}}}, "gateway.jwt.audiences", "between 0 and 8"),
+    ({"gateway": "on"}, "gateway", "must be an object"),
+    ({"gateway": {"name": "gw"}, "gateway.jwt": "x"}, "gateway.jwt", "is an object"),
+    ({"namespac": "x"}, "namespac", "Did you mean 'namespace'?"),
+    ({"weights.prefix.x": "1"}, "weights.prefix.x", "weights.prefix is a single value"),
+    ({"models.0": "x"}, "models.0", "models is a list"),
+    ({"weights.prefix": "1_0"}, "weights.prefix", "must be a whole number"),
+    ({"weights.prefix": str(2**31)}, "weights.prefix", "from 0 to 2147483647"),
+])
+def test_each_rule_names_the_key_and_the_fix(config, key, expected):
+    raw = {k: v if isinstance(v, str) else json.dumps(v) for k, v in config.items()}
+    raw.setdefault("models", json.dumps([SMALL]))
+    with pytest.raises(SettingsError) as caught:
+        parse_settings(raw, stack="test")
+    matching = [str(p) for p in caught.value.problems if p.key == key]
+    assert matching, f"no problem about {key}: {caught.value}"
+    assert any(expected in line for line in matching), matching
+
+
+def test_secret_values_never_appear_in_errors():
+    raw = {"models": json.dumps([SMALL]), "hfTokn": "hf_SECRET", "hfToken": "hf_OTHER"}
+    with pytest.raises(SettingsError) as caught:
+        parse_settings(raw, stack="test", secret_keys=frozenset({"hfTokn", "hfToken"}))
+    assert "hf_SECRET" not in str(caught.value) and "inference-gateway:hfTokn = <secret>" in str(caught.value)
+
+
+def test_tls_auto_warns_about_what_it_needs():
+    assert any("cert-manager" in w for w in parse(**{"gateway.tls": "auto"}).warnings)
+
+
+def test_a_full_gpu_node_group_warns_that_rollouts_need_a_spare_gpu():
+    settings = parse([{**SMALL, "replicas": 2}], gpuNodes=json.dumps({"desired": 2, "min": 2, "max": 3}))
+    assert any("rolling update" in w for w in settings.warnings)
+    assert not any("rolling update" in w for w in load_stack("dev").warnings)
+
+
+@pytest.mark.parametrize(("body", "expected"), [
+    ("config: [1, 2]", "needs a top-level `config:` mapping"),
+    ("config: {a: [", "is not valid YAML"),
+    ("config:\n  1: 2\n", "YAML read as int"),
+])
+def test_broken_stack_files_get_a_clear_error(tmp_path, body, expected):
+    (tmp_path / "Pulumi.broken.yaml").write_text(body)
+    with pytest.raises(SettingsError, match="reading the stack file") as caught:
+        load_stack("broken", tmp_path)
+    assert expected in str(caught.value)
+
+
+def test_unknown_stack_lists_the_known_ones():
+    with pytest.raises(SettingsError, match="stacks here: dev, existing"):
+        load_stack("prod")
+
+
 weight_values = st.one_of(st.integers(-5, 10), st.floats(allow_nan=True), st.text(max_size=4), st.booleans(),
                           st.none(), st.lists(st.integers(), max_size=2))
 weight_names = st.one_of(st.sampled_from(WEIGHT_NAMES), st.text(min_size=1, max_size=8))
 
 
+def expected_weight(value):
+    """What a user means by a raw weight value, or None when it is not a valid weight."""
+    if isinstance(value, bool) or value is None:
+        return None
+    if isinstance(value, float):
+        return int(value) if value == value and value not in (float("inf"), float("-inf")) and value.is_integer() \
+            and value >= 0 else None
+    if isinstance(value, int):
+        return value if value >= 0 else None
+    if isinstance(value, str) and value.strip().lstrip("+").isascii() and value.strip().lstrip("+").isdigit():
+        return int(value.strip())
+    return None
+
+
 @hypothesis_settings(max_examples=300, deadline=None)
 @given(structured=st.dictionaries(weight_names, weight_values, max_size=5),
        flat=st.dictionaries(weight_names, st.one_of(st.text(max_size=4), st.integers(-3, 9).map(str)), max_size=5))
-def test_any_weight_map_is_accepted_or_rejected_with_a_clear_error(structured, flat):
+def test_any_weight_map_is_accepted_as_meant_or_rejected_with_a_clear_error(structured, flat):
     raw = {"models": json.dumps([SMALL]), "weights": json.dumps(structured),
            **{f"weights.{name}": value for name, value in flat.items()}}
     try:
@@ -274,6 +380,9 @@ def test_any_weight_map_is_accepted_or_rejected_with_a_clear_error(structured, f
         for problem in error.problems:
             assert problem.key.startswith("weights") and str(problem).startswith("inference-gateway:weights")
         return
-    for name, value in model.weights.items():
-        assert name in WEIGHT_NAMES and isinstance(value, int) and not isinstance(value, bool) and value >= 0
-    assert set(model.effective_weights) >= set(DEFAULT_WEIGHTS)
+    # Accepted: every key was a weight name, and each weight is exactly what was set (flat over --path).
+    assert set(structured) | set(flat) <= set(WEIGHT_NAMES)
+    meant = {name: expected_weight(value) for name, value in structured.items()}
+    meant.update({name: expected_weight(value) for name, value in flat.items()})
+    assert dict(model.weights) == meant
+    assert dict(model.effective_weights) == {**DEFAULT_WEIGHTS, **meant}

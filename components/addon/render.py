@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import json
 
+from settings import GATEWAY_SYSTEM_NAMESPACE as CONTROLLER_NAMESPACE
+
 ADDON_NAME = "amazon-sagemaker-hyperpod-inference"
-CONTROLLER_NAMESPACE = "hyperpod-inference-system"
 CONTROLLER_SERVICE_ACCOUNT = "inference-gateway-controller"
 GATEWAY_POLICY = "AmazonSageMakerHyperPodInferenceGatewayAccess"
 
@@ -32,4 +33,9 @@ def controller_trust_policy(oidc_provider_arn: str, oidc_issuer_url: str) -> str
 
 
 def configuration_values(controller_role_arn: str) -> str:
-    return json.dumps({"inferenceGateway": {"enabled": True, "serviceAccount": {"roleArn": controller_role_arn}}})
+    return json.dumps({
+        "inferenceGateway": {"enabled": True, "serviceAccount": {"roleArn": controller_role_arn}},
+        # The operator can write scheduler entries into the gateway resource, which this stack
+        # owns outright; off, so the two never fight over it.
+        "inferenceOperator": {"enabled": False},
+    })

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 
 import pulumi
@@ -75,10 +76,13 @@ class Cluster(pulumi.ComponentResource):
             "Statement": [{"Effect": "Allow", "Principal": {"Service": "ec2.amazonaws.com"}, "Action": "sts:AssumeRole"}],
         }), opts=child)
         partition = aws.get_partition_output().partition
-        for policy in NODE_POLICIES:
+        # Node groups wait for these: nodes launched before the role can join fail, and on
+        # delete the policies must outlive the nodes.
+        self.node_policies = [
             aws.iam.RolePolicyAttachment(f"{name}-node-{policy}", role=self.node_role.name,
                                          policy_arn=partition.apply(lambda p, policy=policy: f"arn:{p}:iam::aws:policy/{policy}"),
                                          opts=child)
+            for policy in NODE_POLICIES]
         self.eks = eks.Cluster(
             f"{name}-eks",
             name=settings.name,
@@ -106,7 +110,7 @@ class Cluster(pulumi.ComponentResource):
                 desired_size=settings.system_nodes.size.desired, min_size=settings.system_nodes.size.min,
                 max_size=settings.system_nodes.size.max),
             labels={"inference-gateway/node-pool": "system"},
-            opts=child,
+            opts=pulumi.ResourceOptions(parent=self, depends_on=self.node_policies),
         )
         self.name = pulumi.Output.from_input(settings.name)
         self.kubeconfig = pulumi.Output.secret(self.eks.kubeconfig_json)
@@ -129,7 +133,11 @@ class ExistingCluster(pulumi.ComponentResource):
             found.name, found.endpoint, found.certificate_authorities[0].data, region,
         ).apply(lambda args: render.exec_kubeconfig(*args)))
         self.oidc_issuer_url = found.identities[0].oidcs[0].issuer
-        self.oidc_provider_arn = aws.iam.get_open_id_connect_provider_output(url=self.oidc_issuer_url).arn
         self.node_role = None
         self.provider = k8s.Provider(f"{name}-k8s", kubeconfig=self.kubeconfig, opts=pulumi.ResourceOptions(parent=self))
         self.register_outputs({"name": self.name, "kubeconfig": self.kubeconfig})
+
+    @functools.cached_property
+    def oidc_provider_arn(self) -> pulumi.Output[str]:
+        # Looked up only when the add-on needs it: an existing cluster may have no IAM OIDC provider.
+        return aws.iam.get_open_id_connect_provider_output(url=self.oidc_issuer_url).arn

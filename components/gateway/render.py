@@ -4,12 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from settings import ModelSettings, Settings
+from settings import GATEWAY_OWNER_LABEL, GATEWAY_SYSTEM_NAMESPACE, ModelSettings, Settings
 
 API_VERSION = "inference.sagemaker.aws.amazon.com/v1alpha1"
 KIND = "InferenceGatewayConfig"
-# The add-on runs the controller and the gateway's Envoy Service here.
-SYSTEM_NAMESPACE = "hyperpod-inference-system"
 # How long `pulumi up` waits for the controller to report the gateway Ready.
 READY_TIMEOUT_SECONDS = 900
 
@@ -72,7 +70,8 @@ def gateway_manifest(settings: Settings) -> dict[str, Any]:
             "namespace": settings.namespace,
             "annotations": {
                 # pulumi-kubernetes (>= 4.18) holds `pulumi up` until the controller reports this
-                # condition; without it a custom resource counts as ready the moment it is accepted.
+                # condition (and, where it reports observedGeneration, has seen the new spec);
+                # without it a custom resource counts as ready the moment it is accepted.
                 "pulumi.com/waitFor": "condition=Ready",
                 "pulumi.com/timeoutSeconds": str(READY_TIMEOUT_SECONDS),
             },
@@ -83,6 +82,5 @@ def gateway_manifest(settings: Settings) -> dict[str, Any]:
 
 def gateway_url_command(settings: Settings) -> str:
     """A shell command that prints the gateway's in-cluster URL (its Envoy Service lives in the system namespace)."""
-    return (f"kubectl get svc -n {SYSTEM_NAMESPACE} "
-            f"-l gateway.envoyproxy.io/owning-gateway-name={settings.gateway.name} "
-            f"-o jsonpath='http://{{.items[0].metadata.name}}.{SYSTEM_NAMESPACE}.svc.cluster.local{{\"\\n\"}}'")
+    return (f"kubectl get svc -n {GATEWAY_SYSTEM_NAMESPACE} -l {GATEWAY_OWNER_LABEL}={settings.gateway.name} "
+            f"-o jsonpath='http://{{.items[0].metadata.name}}.{GATEWAY_SYSTEM_NAMESPACE}.svc.cluster.local{{\"\\n\"}}'")

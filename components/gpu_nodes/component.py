@@ -14,7 +14,8 @@ from . import render
 
 class GpuNodes(pulumi.ComponentResource):
     def __init__(self, name: str, *, settings: GpuNodeSettings, cluster: eks.Cluster, node_role: aws.iam.Role,
-                 subnet_ids: list, k8s_provider: k8s.Provider, opts: pulumi.ResourceOptions | None = None):
+                 node_policies: list[pulumi.Resource], subnet_ids: list, k8s_provider: k8s.Provider,
+                 opts: pulumi.ResourceOptions | None = None):
         super().__init__("inference-gateway:index:GpuNodes", name, None, opts)
         child = pulumi.ResourceOptions(parent=self)
         template = render.launch_template(settings)
@@ -41,7 +42,7 @@ class GpuNodes(pulumi.ComponentResource):
             taints=[aws.eks.NodeGroupTaintArgs(**taint) for taint in render.taints()],
             launch_template=aws.eks.NodeGroupLaunchTemplateArgs(
                 id=launch_template.id, version=launch_template.latest_version.apply(str)),
-            opts=child,
+            opts=pulumi.ResourceOptions(parent=self, depends_on=node_policies),
         )
         if settings.needs_device_plugin:
             self.device_plugin = k8s.helm.v4.Chart(

@@ -9,6 +9,8 @@ from settings import ModelSettings
 
 from . import render
 
+ROLLOUT_TIMEOUT = "40m"
+
 
 class ModelNamespace(pulumi.ComponentResource):
     """The namespace models and the gateway resource live in, and the Hugging Face token Secret."""
@@ -35,8 +37,12 @@ class ModelServer(pulumi.ComponentResource):
         super().__init__("inference-gateway:index:ModelServer", name, None, opts)
         child = pulumi.ResourceOptions(parent=self)
         deployment = render.deployment(model, namespace, hf_token=hf_token, gpu_node_selector=gpu_node_selector)
+        # A first rollout pulls a ~10 GiB image and loads the weights; the provider's default
+        # 10-minute wait is shorter than the startup probe allows.
+        rollout = pulumi.CustomTimeouts(create=ROLLOUT_TIMEOUT, update=ROLLOUT_TIMEOUT)
         self.deployment = k8s.apps.v1.Deployment(f"{name}-deployment", metadata=deployment["metadata"],
-                                                 spec=deployment["spec"], opts=child)
+                                                 spec=deployment["spec"],
+                                                 opts=pulumi.ResourceOptions(parent=self, custom_timeouts=rollout))
         service = render.service(model, namespace)
         self.service = k8s.core.v1.Service(f"{name}-service", metadata=service["metadata"], spec=service["spec"], opts=child)
         budget = render.pod_disruption_budget(model, namespace)

@@ -48,7 +48,7 @@ def deployment(model: ModelSettings, namespace: str, *, hf_token: bool,
         "args": vllm_args(model),
         "ports": [{"name": "http", "containerPort": model.port, "protocol": "TCP"}],
         "resources": {
-            "requests": {"cpu": "2", "memory": "8Gi", GPU_RESOURCE: str(model.gpus)},
+            "requests": {"cpu": model.cpu, "memory": model.memory, GPU_RESOURCE: str(model.gpus)},
             "limits": {GPU_RESOURCE: str(model.gpus)},
         },
         "startupProbe": {**health, "periodSeconds": STARTUP_PERIOD_SECONDS, "failureThreshold": STARTUP_FAILURES},
@@ -86,8 +86,8 @@ def deployment(model: ModelSettings, namespace: str, *, hf_token: bool,
         "spec": {
             "replicas": model.replicas,
             "selector": {"matchLabels": dict(model.selector)},
-            # Never below the serving replicas: the new pod must be Ready before an old one goes
-            # (needs one spare GPU, which is why gpuNodes.max exceeds desired in the stacks).
+            # Never below the serving replicas: the new pod must be Ready before an old one goes.
+            # That needs one spare GPU; the settings warn when gpuNodes.desired leaves none.
             "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}},
             "template": {"metadata": {"labels": labels}, "spec": pod_spec},
         },

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import importlib.util
 import json
 from dataclasses import dataclass, field
@@ -41,7 +42,8 @@ class NoResourceReferencesMonitor(pulumi_mocks.MockMonitor):
         # Resource options the mocks' new_resource does not see: parent and replacement behaviour.
         self.registrations[(request.type, request.name)] = {
             "parent": request.parent, "deleteBeforeReplace": request.deleteBeforeReplace,
-            "replaceOnChanges": list(request.replaceOnChanges), "dependencies": list(request.dependencies)}
+            "replaceOnChanges": list(request.replaceOnChanges), "dependencies": list(request.dependencies),
+            "customTimeouts": {"create": request.customTimeouts.create, "update": request.customTimeouts.update}}
         return super().RegisterResource(request)
 
     def GetDeploymentInfo(self, request):
@@ -102,6 +104,7 @@ class ProgramRun:
     resources: list[Registered]
     outputs: dict[str, Any] = field(default_factory=dict)
     secret_outputs: set[str] = field(default_factory=set)
+    calls: list[tuple[str, dict]] = field(default_factory=list)
 
     def of_type(self, typ: str) -> list[Registered]:
         return [r for r in self.resources if r.type == typ]
@@ -155,15 +158,18 @@ def run_program(config: dict[str, Any], *, stack: str = "test", secret_keys: lis
     pulumi.export = lambda name, value: exports.__setitem__(name, value)
     try:
         evaluate()
-        run.secret_outputs = {name for name, value in exports.items()
-                              if isinstance(value, pulumi.Output) and _is_secret(value)}
+        run.secret_outputs = _secret_exports(exports)
     finally:
         pulumi.export = original_export
         pulumi.runtime.set_all_config({}, [])
+    run.calls = mocks.calls
     return run
 
 
-def _is_secret(output: pulumi.Output) -> bool:
-    import asyncio
-
-    return asyncio.new_event_loop().run_until_complete(output.is_secret())
+def _secret_exports(exports: dict[str, Any]) -> set[str]:
+    outputs = {name: value for name, value in exports.items() if isinstance(value, pulumi.Output)}
+    loop = asyncio.new_event_loop()
+    try:
+        return {name for name, value in outputs.items() if loop.run_until_complete(value.is_secret())}
+    finally:
+        loop.close()
