@@ -28,6 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from routing.metrics import DeltaReport, diff_reads  # noqa: E402
 from routing.serve import start_gateway  # noqa: E402
+from routing.tables import percent  # noqa: E402
 from routing.verify import UrlPods  # noqa: E402
 from routing.vllm_server import (REPO_ROOT, VllmStartError, VllmUnavailable, build_model,  # noqa: E402
                                  read_cache_config, reset_prefix_cache, resolve_vllm_python, start_servers,
@@ -132,7 +133,7 @@ def format_results(results: list[Result], backends: dict[str, str]) -> str:
         rate = result.report.hit_rate
         failed = sum(1 for s in result.samples if not s.ok)
         lines.append(f"{result.label:<18} {len(result.samples):>8} {failed:>6} {split:>24} "
-                     f"{'-' if rate is None else f'{rate:.1%}':>8} {result.ttft_percentile(0.5) * 1000:>7.0f}ms "
+                     f"{percent(rate):>8} {result.ttft_percentile(0.5) * 1000:>7.0f}ms "
                      f"{result.ttft_percentile(0.95) * 1000:>7.0f}ms {result.seconds:>6.1f}s")
     return "\n".join(lines)
 

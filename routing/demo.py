@@ -10,7 +10,9 @@ with the same code as `verify`, next to what `predict` says for the same run:
 
 Each run gets a fresh `serve` (a fresh picker, as after the page's re-apply of the gateway
 config) and starts with both servers' prefix caches emptied, so no run inherits blocks or
-picker state from the one before.
+picker state from the one before. Each request goes out once `serve` has scraped both
+servers idle since the previous response, so its picker sees what `predict` assumes between
+serial requests and, with the same seed, the two can be compared pod by pod.
 """
 
 from __future__ import annotations
@@ -19,18 +21,20 @@ import argparse
 import json
 import sys
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence, TextIO
+from typing import Any, Callable, Iterator, Mapping, TextIO
 
-from .metrics import format_report
+from settings import DEFAULT_WEIGHTS
+
 from .predict import Prediction, run_prediction
-from .serve import default_weights, picker_label, start_gateway
+from .serve import picker_label, start_gateway
 from .simulate import SimulationResult
+from .tables import format_pod_table, percent
 from .verify import Measurement, UrlGateway, UrlPods, judge, measure
-from .vllm_server import (DEFAULT_START_TIMEOUT, REPO_ROOT, ServerTokenizer, VllmStartError, VllmUnavailable,
-                          build_model, read_cache_config, reset_prefix_cache, resolve_vllm_python, start_servers,
-                          stop_servers)
+from .vllm_server import (DEFAULT_START_TIMEOUT, REPO_ROOT, ServerTokenizer, VllmServer, VllmUnavailable, build_model,
+                          read_cache_config, reset_prefix_cache, resolve_vllm_python, start_servers, stop_servers)
 from .workloads import seed_shared, seed_unique
 
 SERVED_MODEL = "tiny"
@@ -68,29 +72,14 @@ class RunResult:
                 "measured": self.measurement.to_json(), "predicted": self.prediction.picker.to_json()}
 
 
-def per_pod_counts(rows: Sequence[tuple[int, int | None, int | None]]) -> list[tuple[int, int, int]]:
-    """(requests, hits, queries) per pod, largest first: comparable across differently named pods."""
-    return sorted(((r, h or 0, q or 0) for r, h, q in rows), reverse=True)
-
-
 def measured_counts(measurement: Measurement) -> list[tuple[int, int, int]]:
-    return per_pod_counts([(p.requests, p.hits, p.queries) for p in measurement.report.pods])
+    """(requests, hits, queries) per pod, in pod-name order."""
+    return [(p.requests, p.hits or 0, p.queries or 0) for p in measurement.report.pods]
 
 
 def predicted_counts(result: SimulationResult) -> list[tuple[int, int, int]]:
-    return per_pod_counts([(p.requests, p.hits, p.queries) for p in result.pods])
-
-
-def _prediction_table(result: SimulationResult) -> str:
-    width = max(len("overall"), *(len(p.pod) for p in result.pods))
-    lines = [f"{'pod':<{width}}  {'requests':>8}  {'hits':>8}  {'queries':>8}  {'hit rate':>8}"]
-    for pod in result.pods:
-        rate = "-" if pod.hit_rate is None else f"{pod.hit_rate:.1%}"
-        lines.append(f"{pod.pod:<{width}}  {pod.requests:>8}  {pod.hits:>8}  {pod.queries:>8}  {rate:>8}")
-    rate = "-" if result.hit_rate is None else f"{result.hit_rate:.1%}"
-    total = sum(p.requests for p in result.pods)
-    lines.append(f"{'overall':<{width}}  {total:>8}  {result.hits:>8}  {result.queries:>8}  {rate:>8}")
-    return "\n".join(lines)
+    """(requests, hits, queries) per simulated pod, in order: pod-i stands for the i-th server."""
+    return [(p.requests, p.hits, p.queries) for p in result.pods]
 
 
 def side_by_side(left_title: str, left: str, right_title: str, right: str, gap: int = 6) -> str:
@@ -102,22 +91,62 @@ def side_by_side(left_title: str, left: str, right_title: str, right: str, gap: 
     return "\n".join(f"{a:<{width + gap}}{b}".rstrip() for a, b in zip(left_lines, right_lines))
 
 
+class DemoError(RuntimeError):
+    """One step of the demo failed: what, why, and how to fix it."""
+
+    def __init__(self, what: str, error: BaseException, fix: str):
+        super().__init__(f"{what} failed: {error}")
+        self.fix = fix
+
+
+# What a step can fail with: vLLM start-up (VllmStartError), `serve` finding no backend
+# (RuntimeError), verify's reads (VerifyError), HTTP and socket errors (OSError, which
+# urllib's HTTPError and URLError are), and answers that are not what vLLM sends (ValueError).
+STEP_ERRORS = (RuntimeError, OSError, ValueError)
+
+
+@contextmanager
+def step(what: str, fix: str) -> Iterator[None]:
+    try:
+        yield
+    except DemoError:
+        raise
+    except STEP_ERRORS as error:
+        raise DemoError(what, error, fix) from error
+
+
 def run_one(run: Run, backends: Mapping[str, str], *, block_size: int, capacity_blocks: int, seed: int,
-            tokenizer: ServerTokenizer, out: TextIO) -> RunResult:
+            tokenizer: ServerTokenizer, out: TextIO, logs: Path | str = "the server logs") -> RunResult:
     bodies = run.workload(SERVED_MODEL)
-    for url in backends.values():
-        reset_prefix_cache(url)
+    still_up = f"the vLLM servers must still be up: see {logs}, then run the demo again"
+    for name, url in backends.items():
+        with step(f"emptying {name}'s prefix cache (POST {url}/reset_prefix_cache)",
+                  f"{still_up}. The endpoint exists only with VLLM_SERVER_DEV_MODE=1, which the demo sets when it "
+                  "starts the servers itself"):
+            reset_prefix_cache(url)
     label = picker_label(run.weights, round_robin=False)
     print(f"\n== {run.title}\n   serve: {label}, seed {seed}; prefix caches emptied", file=out, flush=True)
-    with start_gateway(backends, run.weights, seed=seed) as gateway:
-        measurement = measure(UrlPods(backends), UrlGateway(gateway.url, {}), bodies, out)
-    prediction = run_prediction(bodies, weights={**default_weights(), **(run.weights or {})}, replicas=len(backends),
-                                block_size=block_size, capacity_blocks=capacity_blocks, tokenizer=tokenizer, seed=seed)
+    with step(f"starting serve in front of {', '.join(backends)}",
+              f"every server must answer GET /metrics; {still_up}"):
+        gateway = start_gateway(backends, run.weights, seed=seed)
+    try:
+        with step(f"sending the batch through serve ({gateway.url}) and reading the servers' counters", still_up):
+            # Before each request, wait until serve has scraped every server idle after the
+            # previous response: its picker then sees what predict's simulated pods report
+            # between serial requests, so measured and predicted picks can be compared one to one.
+            measurement = measure(UrlPods(backends), UrlGateway(gateway.url, {}), bodies, out,
+                                  settle=gateway.wait_idle)
+    finally:
+        gateway.stop()
+    with step("predicting the same batch (tokens counted by the server's /tokenize)", still_up):
+        prediction = run_prediction(bodies, weights={**DEFAULT_WEIGHTS, **(run.weights or {})},
+                                    replicas=len(backends), block_size=block_size, capacity_blocks=capacity_blocks,
+                                    tokenizer=tokenizer, seed=seed)
     verdict = judge(measurement, run.expect)
-    print(side_by_side("measured (vLLM counters)", format_report(measurement.report),
-                       "predicted (routing.predict)", _prediction_table(prediction.picker)), file=out)
+    print(side_by_side("measured (vLLM counters)", format_pod_table(measurement.report),
+                       "predicted (routing.predict)", format_pod_table(prediction.picker)), file=out)
     same = measured_counts(measurement) == predicted_counts(prediction.picker)
-    print(f"   per-pod (requests, hits, queries), largest first: measured {measured_counts(measurement)}, "
+    print(f"   per-pod (requests, hits, queries) in pod order: measured {measured_counts(measurement)}, "
           f"predicted {predicted_counts(prediction.picker)} -> {'same' if same else 'different'}", file=out)
     print(f"   {'PASS' if verdict.passed else 'FAIL'}: {verdict.reason}", file=out, flush=True)
     return RunResult(run, measurement, prediction, verdict.passed, verdict.reason)
@@ -148,20 +177,27 @@ def run(args: argparse.Namespace) -> int:
         print(f"demo: {error}", file=sys.stderr)
         return 2
     started = time.monotonic()
-    servers = []
+    logs = args.work_dir / "logs"
+    servers: list[VllmServer] = []
     try:
-        model_dir = build_model(args.work_dir / "tiny-model", python, progress=lambda line: print(line, file=out))
+        with step("building the tiny model", "the vLLM venv needs torch, transformers and tokenizers: recreate it "
+                                             "with `bash .ci/setup-vllm.sh .venv-vllm` and pass its python"):
+            model_dir = build_model(args.work_dir / "tiny-model", python, progress=lambda line: print(line, file=out))
         print("starting two vLLM CPU servers (about 1-2 minutes on two cores) ...", file=out, flush=True)
-        servers = start_servers(2, model_dir, SERVED_MODEL, python, args.work_dir / "logs", args.start_timeout, out)
+        with step("starting two vLLM servers", f"read the server log shown above (in {logs}); on a busy machine "
+                                               "raise --start-timeout"):
+            servers = start_servers(2, model_dir, SERVED_MODEL, python, logs, args.start_timeout, out)
         backends = {server.name: server.url for server in servers}
-        block_size, capacity_blocks = read_cache_config(servers[0].url)
+        with step(f"reading {servers[0].url}/metrics for vllm:cache_config_info",
+                  f"the server must be vLLM 0.9.2 or later and still up: see {logs}"):
+            block_size, capacity_blocks = read_cache_config(servers[0].url)
         tokenizer = ServerTokenizer(servers[0].url, SERVED_MODEL)
         print(f"vLLM KV block size {block_size} tokens, {capacity_blocks} blocks per server "
               "(from vllm:cache_config_info)", file=out, flush=True)
         results = [run_one(r, backends, block_size=block_size, capacity_blocks=capacity_blocks, seed=args.seed,
-                           tokenizer=tokenizer, out=out) for r in RUNS]
-    except (VllmStartError, OSError) as error:
-        print(f"demo: {error}", file=sys.stderr)
+                           tokenizer=tokenizer, out=out, logs=logs) for r in RUNS]
+    except DemoError as error:
+        print(f"demo: {error}\ndemo: fix: {error.fix}", file=sys.stderr)
         return 1
     finally:
         if servers:
@@ -171,7 +207,7 @@ def run(args: argparse.Namespace) -> int:
     for result in results:
         rate = result.measurement.report.hit_rate
         print(f"  {'PASS' if result.passed else 'FAIL'}  {result.run.title}: expected {result.run.expect}; "
-              f"hit rate {'-' if rate is None else f'{rate:.1%}'}", file=out)
+              f"hit rate {percent(rate)}", file=out)
     if args.json:
         print(json.dumps([r.to_json() for r in results], indent=2))
     return 0 if all(r.passed for r in results) else 1

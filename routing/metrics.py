@@ -16,6 +16,8 @@ from dataclasses import dataclass, field
 
 from prometheus_client.parser import text_string_to_metric_families
 
+from .tables import NO_PREFIX_METRIC
+
 REQUESTS = "vllm:request_success_total"
 # (hits, queries) per spelling, newest first.
 PREFIX_SPELLINGS = (
@@ -28,7 +30,6 @@ KV_USAGE_SPELLINGS = ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc")
 LORA_INFO = "vllm:lora_requests_info"
 CACHE_CONFIG = "vllm:cache_config_info"
 
-NO_PREFIX_METRIC = "no prefix-cache metric"
 READ = frozenset({REQUESTS, WAITING, RUNNING, LORA_INFO, CACHE_CONFIG, *KV_USAGE_SPELLINGS,
                   *(name for pair in PREFIX_SPELLINGS for name in pair)})
 
@@ -215,24 +216,3 @@ def diff_reads(before: dict[str, VllmMetrics], after: dict[str, VllmMetrics]) ->
     """Deltas for every pod seen in either read, in name order."""
     names = sorted(set(before) | set(after))
     return DeltaReport(tuple(counter_delta(name, before.get(name), after.get(name)) for name in names))
-
-
-def _rate(rate: float | None) -> str:
-    return "-" if rate is None else f"{rate:.1%}"
-
-
-def format_report(report: DeltaReport) -> str:
-    """A fixed-width table of per-pod deltas, an overall row, then any notes."""
-    width = max([len("pod"), len("overall")] + [len(p.pod) for p in report.pods])
-    lines = [f"{'pod':<{width}}  {'requests':>8}  {'hits':>8}  {'queries':>8}  {'hit rate':>8}"]
-    notes = []
-    for pod in report.pods:
-        hits = "-" if pod.hits is None else str(pod.hits)
-        queries = "-" if pod.queries is None else str(pod.queries)
-        marker = "  (restarted)" if pod.restarted else ("  (" + NO_PREFIX_METRIC + ")" if pod.hits is None else "")
-        rate = _rate(pod.hit_rate)
-        lines.append(f"{pod.pod:<{width}}  {pod.requests:>8}  {hits:>8}  {queries:>8}  {rate:>8}{marker}")
-        notes += [f"  {pod.pod}: {note}" for note in pod.notes]
-    lines.append(f"{'overall':<{width}}  {report.requests:>8}  {report.hits:>8}  {report.queries:>8}  "
-                 f"{_rate(report.hit_rate):>8}")
-    return "\n".join(lines + notes)

@@ -83,12 +83,34 @@ class Request:
         model = body.get("model")
         if not isinstance(model, str) or not model:
             raise ValueError(f"`model` must be a non-empty string, got {model!r}")
+        _check_unicode("`model`", model)
         if "messages" in body:
-            return cls(model=model, prompt=_chat_text(body))
+            return cls(model=model, prompt=_check_unicode("`messages`", _chat_text(body)))
         if "prompt" in body:
-            return cls(model=model, prompt=_completions_text(body["prompt"]))
+            return cls(model=model, prompt=_check_unicode("`prompt`", _completions_text(body["prompt"])))
         raise ValueError("the body has neither `prompt` (a /v1/completions request) nor `messages` "
                          "(a /v1/chat/completions request)")
+
+
+SURROGATE_FIX = ("a JSON escape from the U+D800-U+DFFF range without its other half, which is not text; write the "
+                 "character itself, or both halves of its surrogate pair")
+
+
+def lone_surrogate(text: str) -> int | None:
+    """Where `text` holds a lone surrogate (what JSON's "\\ud800" decodes to), which UTF-8 cannot encode."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as error:
+        return error.start
+    return None
+
+
+def _check_unicode(what: str, text: str) -> str:
+    index = lone_surrogate(text)
+    if index is not None:
+        raise ValueError(f"{what} holds a lone surrogate \\u{ord(text[index]):04x} at character {index}: "
+                         f"{SURROGATE_FIX}")
+    return text
 
 
 def _completions_text(prompt: Any) -> str:

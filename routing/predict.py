@@ -13,15 +13,16 @@ import json
 import random
 import sys
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from settings import DEFAULT_WEIGHTS, SettingsError, load_stack, parse_weight_overrides
+from settings import DEFAULT_WEIGHTS, SettingsError, parse_weight_overrides
 
+from .options import StackOptionError, add_model_options, load_stack_model
 from .picker import EndpointPicker, PickerConfigError, RoundRobinPicker
 from .prefix import EstimateTokenizer, HFTokenizerFile, Tokenizer, TokenizerFileError
 from .simulate import (DEFAULT_BLOCK_SIZE, DEFAULT_CAPACITY_BLOCKS, SimulatedServer, SimulationResult,
                        simulate_side_by_side)
+from .tables import format_pod_table, percent
 from .workloads import BUILTIN_WORKLOADS, WorkloadError, load_workload, to_requests
 
 
@@ -105,7 +106,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     where.add_argument("--stack", help="stack to read (stacks/Pulumi.<stack>.yaml): its model's replicas and weights")
     where.add_argument("--pods", type=_positive_int, metavar="N",
                        help="no stack: N pods with the controller's default weights (queue 2, kvCache 2, prefix 3)")
-    parser.add_argument("--model", help="the stack's model entry by name, e.g. qwen-small (default: its only model)")
+    add_model_options(parser)
     parser.add_argument("--workload", default="seed-shared",
                         help=f"{', '.join(BUILTIN_WORKLOADS)}, or a .jsonl file of OpenAI request bodies "
                              "(default: seed-shared)")
@@ -115,13 +116,13 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--block-size", type=_positive_int, default=DEFAULT_BLOCK_SIZE, metavar="TOKENS",
                         help=f"vLLM's KV block size (default {DEFAULT_BLOCK_SIZE}, the GPU default; 128 on CPU)")
     parser.add_argument("--capacity-blocks", type=_positive_int, default=DEFAULT_CAPACITY_BLOCKS, metavar="N",
-                        help=f"KV cache blocks per pod, the '# GPU blocks' vLLM logs (default {DEFAULT_CAPACITY_BLOCKS})")
+                        help="KV cache blocks per pod, the '# GPU blocks' vLLM logs "
+                             f"(default {DEFAULT_CAPACITY_BLOCKS})")
     parser.add_argument("--tokenizer", metavar="PATH",
                         help="the model's tokenizer.json (or its directory) to count tokens exactly "
                              "(default: estimate ~4 characters per token)")
     parser.add_argument("--seed", type=int, help="seed for the picker's tie-breaking (default: random, printed)")
     parser.add_argument("--json", action="store_true", help="print the prediction as JSON")
-    parser.add_argument("--stacks-dir", type=Path, help="where the stack files are (default: the repo's stacks/)")
     parser.set_defaults(func=run)
 
 
@@ -136,7 +137,10 @@ class _Target:
 
 
 def _target(args: argparse.Namespace) -> _Target:
-    overrides = parse_weight_overrides(args.weights) if args.weights else {}
+    if args.weights is not None and not args.weights.strip():
+        raise PredictError(f"--weights {args.weights!r}: no weight given. Pass NAME=N pairs, e.g. "
+                           "--weights prefix=0,queue=3,kvCache=2, or leave --weights out for the stack's weights.")
+    overrides = parse_weight_overrides(args.weights) if args.weights is not None else {}
     if args.pods is not None:
         for option in ("model", "replicas", "stacks_dir"):
             if getattr(args, option) is not None:
@@ -144,21 +148,10 @@ def _target(args: argparse.Namespace) -> _Target:
                                    "there is no stack to read. Drop one of the two.")
         return _Target("Prediction without a stack", "pod", None, {**DEFAULT_WEIGHTS, **overrides}, args.pods)
 
-    settings = load_stack(args.stack, args.stacks_dir)
-    if args.model is None:
-        if len(settings.models) != 1:
-            names = ", ".join(m.name for m in settings.models)
-            raise PredictError(f"--model: stack {args.stack!r} has {len(settings.models)} models ({names}); "
-                               "name one, e.g. --model " + settings.models[0].name)
-        model = settings.models[0]
-    else:
-        model = settings.model_named(args.model)
-    if model.effective_weights is None:
-        config_map = model.picker_config_map
-        raise PredictError(f"model {model.name!r} in stack {args.stack!r} uses a custom picker ConfigMap "
-                           f"({config_map.name}, key {config_map.key}); predict models only the weights field. "
-                           f"To predict with explicit weights, use --pods {model.replicas or 2} --weights ...")
-    weights = {**model.effective_weights, **overrides}
+    found = load_stack_model(args.stack, args.model, args.stacks_dir)
+    model = found.model
+    weights = {**found.weights(f"To predict with explicit weights, use --pods {model.replicas or 2} --weights ..."),
+               **overrides}
     if model.scheduler != "llm-d" and weights.get("lru"):
         raise PredictError(f"--weights lru={weights['lru']}: the lru weight exists only with scheduler llm-d, and "
                            f"model {model.name!r} uses {model.scheduler!r}. Drop lru or set the model's scheduler.")
@@ -183,7 +176,8 @@ def run(args: argparse.Namespace) -> int:
         prediction = run_prediction(workload, weights=target.weights, replicas=target.replicas,
                                     pod_prefix=target.pod_prefix, block_size=args.block_size,
                                     capacity_blocks=args.capacity_blocks, tokenizer=tokenizer, seed=seed)
-    except (SettingsError, PredictError, WorkloadError, PickerConfigError, TokenizerFileError) as error:
+    except (SettingsError, StackOptionError, PredictError, WorkloadError, PickerConfigError,
+            TokenizerFileError) as error:
         print(f"predict: {error}", file=sys.stderr)
         return 2
     notes = [f"picker seed {seed}" + ("" if args.seed is not None else f" (repeat with --seed {seed})"),
@@ -198,22 +192,6 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _percent(rate: float | None) -> str:
-    return "-" if rate is None else f"{rate:.1%}"
-
-
-def _table(result: SimulationResult) -> list[str]:
-    width = max(len("all"), *(len(pod.pod) for pod in result.pods))
-    lines = [f"  {'pod':<{width}}  {'requests':>8}  {'hits':>9}  {'queries':>9}  {'hit rate':>8}"]
-    for pod in result.pods:
-        lines.append(f"  {pod.pod:<{width}}  {pod.requests:>8}  {pod.hits:>9}  {pod.queries:>9}  "
-                     f"{_percent(pod.hit_rate):>8}")
-    total = sum(pod.requests for pod in result.pods)
-    lines.append(f"  {'all':<{width}}  {total:>8}  {result.hits:>9}  {result.queries:>9}  "
-                 f"{_percent(result.hit_rate):>8}")
-    return lines
-
-
 def format_prediction(prediction: Prediction, *, target: _Target, workload: str, requests: int, block_size: int,
                       notes: Sequence[str]) -> str:
     weights = " ".join(f"{name}={value}" for name, value in target.weights.items())
@@ -225,12 +203,12 @@ def format_prediction(prediction: Prediction, *, target: _Target, workload: str,
         *(f"  {note}" for note in notes),
         "",
         "Endpoint picker (hits and queries in tokens)",
-        *_table(prediction.picker),
+        format_pod_table(prediction.picker, indent="  "),
         "",
         "Round-robin (a plain Kubernetes Service)",
-        *_table(prediction.round_robin),
+        format_pod_table(prediction.round_robin, indent="  "),
         "",
-        f"bestHitRate {_percent(prediction.best.hit_rate)}: every request served where the longest earlier "
+        f"bestHitRate {percent(prediction.best.hit_rate)}: every request served where the longest earlier "
         "prefix is cached (all on one pod whose cache never evicts).",
     ]
     if not prediction.best_fits_one_pod:

@@ -10,6 +10,11 @@ with stale metrics counts as having no capacity), and in a cluster a dead pod al
 pool once Kubernetes marks it unready; dropping it from the candidates is this model's
 simplification of both.
 
+GET /health shows each backend's last good scrape (when it was sent, and the queue, running
+and KV-usage figures the picker read). In-process, `RunningGateway.wait_idle` waits until
+every backend has been scraped idle since a given moment: serial experiments call it before
+each request (verify.measure's `settle` hook) so that each pick sees what `predict` assumes.
+
 Not a production gateway: no TLS, no auth, no retries, no flow control, one process.
 """
 
@@ -28,13 +33,16 @@ from typing import Mapping
 import aiohttp
 from aiohttp import web
 
-from settings import DEFAULT_WEIGHTS, SettingsError, load_stack, parse_weight_overrides
+from settings import DEFAULT_WEIGHTS, SettingsError, parse_weight_overrides
 
 from .metrics import MetricsError, VllmMetrics, parse_metrics
+from .options import StackOptionError, add_model_options, load_stack_model, named_url, port_number
 from .picker import EndpointPicker, Picker, PickerConfigError, PodMetrics, Request, RoundRobinPicker
 
 SCRAPE_INTERVAL = 0.05
 STALENESS = 2.0
+# How long `RunningGateway.wait_idle` waits, at most, for an idle scrape of every backend.
+SETTLE_TIMEOUT = 2.0
 ROUTED_HEADER = "x-routed-to"
 HISTORY_LIMIT = 100_000
 INFERENCE_PATHS = ("/v1/completions", "/v1/chat/completions")
@@ -46,16 +54,53 @@ NOT_PRODUCTION = ("Not a production gateway: no TLS, no auth, no retries, no flo
                   "127.0.0.1 only and exists to reproduce the endpoint picker's routing on one machine.")
 
 
+@dataclass(frozen=True)
+class Scrape:
+    """One good /metrics scrape of one backend: what the picker sees until the next one."""
+
+    started: float  # time.monotonic() when the GET was sent: the page describes a moment after this
+    finished: float  # time.monotonic() when the page had been read and parsed
+    metrics: VllmMetrics
+
+    @property
+    def idle(self) -> bool:
+        """Nothing waiting, nothing running, no KV block in use: the pod as `predict` models it
+        between two serial requests (simulate.SimulatedServer.metrics).
+
+        KV usage must be 0 too, not only the queues: a finished request's blocks stay cached
+        but count as free (vLLM frees them before it computes the gauges it publishes with
+        that step), so a page read after the response shows 0, while a page read during the
+        request shows its blocks in use (e.g. 8/8192), which changes the kvCache score and so
+        which pods tie.
+        """
+        m = self.metrics
+        return m.running == 0 and m.waiting == 0 and m.kv_usage == 0
+
+    def to_json(self) -> dict:
+        m = self.metrics
+        return {"startedAt": self.started, "finishedAt": self.finished, "running": m.running, "waiting": m.waiting,
+                "kvUsage": m.kv_usage, "idle": self.idle}
+
+
 @dataclass
 class Backend:
     """One model server and the picker's latest view of it."""
 
     name: str
     url: str
-    metrics: VllmMetrics | None = None
-    last_good_scrape: float | None = None  # time.monotonic()
+    # Replaced whole by each good scrape, so another thread never sees half of one.
+    scrape: Scrape | None = None
     last_error: str = ""
     routed: int = 0
+
+    @property
+    def metrics(self) -> VllmMetrics | None:
+        return None if self.scrape is None else self.scrape.metrics
+
+    @property
+    def last_good_scrape(self) -> float | None:
+        """time.monotonic() at the end of the last good scrape: the staleness clock starts here."""
+        return None if self.scrape is None else self.scrape.finished
 
     def age(self, now: float) -> float | None:
         return None if self.last_good_scrape is None else now - self.last_good_scrape
@@ -132,8 +177,7 @@ class RoutingGateway:
                     text = await response.text()
                     if response.status != 200:
                         raise MetricsError(f"/metrics answered HTTP {response.status}")
-                backend.metrics = parse_metrics(text)
-                backend.last_good_scrape = time.monotonic()
+                backend.scrape = Scrape(started, time.monotonic(), parse_metrics(text))
                 backend.last_error = ""
             except (aiohttp.ClientError, asyncio.TimeoutError, MetricsError, ValueError, OSError) as error:
                 backend.last_error = f"{type(error).__name__}: {error}"
@@ -143,13 +187,25 @@ class RoutingGateway:
         now = time.monotonic()
         return [b for b in self.backends.values() if b.is_fresh(now, self.staleness)]
 
+    def scrapes(self) -> dict[str, Scrape | None]:
+        """Each backend's last good scrape (when it was taken, and what it read), None before the first."""
+        return {name: backend.scrape for name, backend in self.backends.items()}
+
+    def all_idle_since(self, after: float) -> bool:
+        """Whether every backend's last good scrape was sent after `after` (time.monotonic()) and
+        shows it idle (`Scrape.idle`): the next pick then sees what `predict` assumes."""
+        return all(s is not None and s.started > after and s.idle for s in self.scrapes().values())
+
     def status(self) -> dict:
         now = time.monotonic()
         return {
             "status": "ok" if self.fresh_backends() else "no fresh backend",
             "picker": self.label,
+            # The clock of the scrape times below (seconds, time.monotonic() of this process).
+            "now": now,
             "backends": {b.name: {"url": b.url, "fresh": b.is_fresh(now, self.staleness),
                                   "secondsSinceGoodScrape": None if b.age(now) is None else round(b.age(now), 3),
+                                  "lastScrape": None if b.scrape is None else b.scrape.to_json(),
                                   "lastError": b.last_error, "routed": b.routed}
                          for b in self.backends.values()},
         }
@@ -276,6 +332,19 @@ class RunningGateway:
             time.sleep(0.05)
         return self
 
+    def wait_idle(self, after: float, timeout: float = SETTLE_TIMEOUT) -> bool:
+        """Wait (at most `timeout` seconds) until the picker's view of every backend comes from a
+        scrape sent after `after` (time.monotonic(), e.g. when the previous response ended)
+        that shows it idle. True when it does; False on timeout (the next pick then sees
+        whatever was scraped last). `verify.measure(..., settle=gateway.wait_idle)` calls this
+        before each serial request."""
+        deadline = time.monotonic() + timeout
+        while not self.gateway.all_idle_since(after):
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(min(0.01, self.gateway.scrape_interval / 5))
+        return True
+
     def stop(self) -> None:
         if self._loop is None:
             return
@@ -293,21 +362,17 @@ class RunningGateway:
         self.stop()
 
 
-def default_weights() -> dict[str, int]:
-    return dict(DEFAULT_WEIGHTS)
-
-
 def make_picker(weights: Mapping[str, int] | None, *, round_robin: bool = False, seed: int | None = None) -> Picker:
     """RoundRobinPicker, or an EndpointPicker with `weights` laid over the default profile."""
     if round_robin:
         return RoundRobinPicker()
-    return EndpointPicker({**default_weights(), **(weights or {})}, seed=seed)
+    return EndpointPicker({**DEFAULT_WEIGHTS, **(weights or {})}, seed=seed)
 
 
 def picker_label(weights: Mapping[str, int] | None, round_robin: bool) -> str:
     if round_robin:
         return "round-robin"
-    merged = {**default_weights(), **(weights or {})}
+    merged = {**DEFAULT_WEIGHTS, **(weights or {})}
     return "endpoint picker, weights " + ",".join(f"{k}={v}" for k, v in merged.items())
 
 
@@ -321,31 +386,11 @@ def start_gateway(backends: Mapping[str, str], weights: Mapping[str, int] | None
     return RunningGateway(gateway, port).start()
 
 
-def parse_backend(text: str) -> tuple[str, str]:
-    name, sep, url = text.partition("=")
-    if not sep or not name or not url.startswith(("http://", "https://")):
-        raise argparse.ArgumentTypeError(
-            f"--backend {text!r}: expected NAME=URL, e.g. --backend pod-a=http://127.0.0.1:18001")
-    return name, url
-
-
 def parse_weights_option(text: str) -> dict[str, int]:
     try:
         return parse_weight_overrides(text, key="--weights")
     except SettingsError as error:
         raise argparse.ArgumentTypeError("; ".join(f"{p.key} {p.value!r}: {p.message}" for p in error.problems))
-
-
-def stack_weights(stack: str, model: str) -> dict[str, int]:
-    """The effective weights a stack gives a model, or ValueError saying why there are none."""
-    try:
-        weights = load_stack(stack).model_named(model).effective_weights
-    except SettingsError as error:
-        raise ValueError(f"--stack {stack} --model {model}: {error}") from None
-    if weights is None:
-        raise ValueError(f"--stack {stack} --model {model}: this model's picker is configured by a custom ConfigMap "
-                         "(pickerConfigMap), not by weights; pass --weights to choose them here.")
-    return dict(weights)
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
@@ -357,15 +402,16 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                     "staleness threshold). The chosen "
                     f"backend is named in the {ROUTED_HEADER!r} response header. " + NOT_PRODUCTION,
     )
-    parser.add_argument("--backend", action="append", type=parse_backend, required=True, metavar="NAME=URL",
+    parser.add_argument("--backend", action="append", type=named_url("--backend"), required=True, metavar="NAME=URL",
                         help="a model server (repeatable), e.g. pod-a=http://127.0.0.1:18001")
-    parser.add_argument("--port", type=int, default=8080, help="port on 127.0.0.1 to listen on (default 8080)")
+    parser.add_argument("--port", type=port_number("--port"), default=8080,
+                        help="port on 127.0.0.1 to listen on (default 8080)")
     choice = parser.add_mutually_exclusive_group()
     choice.add_argument("--weights", type=parse_weights_option, metavar="NAME=N,...",
                         help="scorer weights laid over the defaults queue=2,kvCache=2,prefix=3, e.g. prefix=0,queue=3")
     choice.add_argument("--stack", help="take the weights a stack gives --model, e.g. --stack dev --model qwen-small")
     choice.add_argument("--round-robin", action="store_true", help="pick backends in turn, like a plain Service")
-    parser.add_argument("--model", help="with --stack: the model (by its stack name) whose weights to use")
+    add_model_options(parser)
     parser.add_argument("--seed", type=int, help="seed for the picker's random tie-breaks (default: random)")
     parser.add_argument("--scrape-interval", type=float, default=SCRAPE_INTERVAL,
                         help=f"seconds between /metrics scrapes (default {SCRAPE_INTERVAL:g}, the picker's)")
@@ -386,15 +432,14 @@ def run(args: argparse.Namespace) -> int:
             print(f"error: {option} {value:g}: must be a positive number of seconds", file=sys.stderr)
             return 2
     weights, source = args.weights, "--weights"
-    if args.stack or args.model:
-        if not (args.stack and args.model):
-            print("error: --stack and --model go together, e.g. --stack dev --model qwen-small", file=sys.stderr)
-            return 2
-        try:
-            weights, source = stack_weights(args.stack, args.model), f"--stack {args.stack} --model {args.model}"
-        except ValueError as error:
-            print(f"error: {error}", file=sys.stderr)
-            return 2
+    try:
+        found = load_stack_model(args.stack, args.model, args.stacks_dir)
+        if found is not None:
+            weights = found.weights("Pass --weights to choose the weights here instead.")
+            source = f"--stack {found.stack} --model {found.model.name}"
+    except StackOptionError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
     try:
         picker = make_picker(weights, round_robin=args.round_robin, seed=args.seed)
     except PickerConfigError as error:

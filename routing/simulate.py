@@ -126,6 +126,10 @@ class SimulationResult:
     placements: tuple[str, ...]
 
     @property
+    def requests(self) -> int:
+        return sum(pod.requests for pod in self.pods)
+
+    @property
     def hits(self) -> int:
         return sum(pod.hits for pod in self.pods)
 

@@ -6,9 +6,10 @@ prints per-pod deltas: requests, prefix-cache hits and queries (tokens), hit rat
 `--expect concentrate|spread` the exit status says whether routing did what was expected.
 
 Pods are found by their `app` label through the Kubernetes API and read through the API
-server's pod proxy; the gateway's Envoy Service is reached through the service proxy. Both
-use your kubeconfig (exec auth such as `aws eks get-token` included). Or point at them
-directly with --pod-url and --gateway-url.
+server's pod proxy; the gateway's Envoy Service is reached through the service proxy (over
+https when the stack's gateway has TLS; --gateway-scheme overrides). Both use your kubeconfig
+(exec auth such as `aws eks get-token` included). Or point at them directly with --pod-url
+and --gateway-url.
 """
 
 from __future__ import annotations
@@ -20,19 +21,27 @@ import time
 import urllib.error
 import urllib.request
 from dataclasses import dataclass
-from typing import Any, Mapping, Protocol, Sequence, TextIO
+from typing import Any, Callable, Mapping, Protocol, Sequence, TextIO
 
-from .metrics import DeltaReport, MetricsError, VllmMetrics, diff_reads, format_report, parse_metrics
+from settings import GATEWAY_OWNER_LABEL, GATEWAY_SYSTEM_NAMESPACE, VLLM_PORT
+
+from .metrics import DeltaReport, MetricsError, VllmMetrics, diff_reads, parse_metrics
+from .options import (URL_SCHEMES, StackOptionError, add_model_options, http_url, load_stack_model, named_url,
+                      port_number)
+from .tables import format_pod_table
 from .workloads import BUILTIN_WORKLOADS, WorkloadError, load_workload
 
-GATEWAY_NAMESPACE = "hyperpod-inference-system"
-GATEWAY_LABEL = "gateway.envoyproxy.io/owning-gateway-name"
 # The page's curl loop uses -m 60 per request and -m 15 per metrics read.
 REQUEST_TIMEOUT = 60.0
 METRICS_TIMEOUT = 15.0
 # vLLM bumps its counters right after it answers; give them this long to catch up.
 SETTLE_TIMEOUT = 10.0
 EXPECTATIONS = ("concentrate", "spread")
+
+# Called before each serial request with the time.monotonic() the previous response ended
+# (for the first, the batch's start); waits until the gateway's view of the pods has caught
+# up and returns whether it did. RunningGateway.wait_idle is one.
+Settle = Callable[[float], bool]
 
 
 class VerifyError(RuntimeError):
@@ -143,11 +152,41 @@ class KubeApi:
         response.read()
         return response.status, response.data
 
+    @property
+    def server(self) -> str:
+        return self.api_client.configuration.host
+
     def list_pods(self, namespace: str, selector: str) -> list:
-        return self.core.list_namespaced_pod(namespace, label_selector=selector).items
+        return self._list("pods", namespace, selector, self.core.list_namespaced_pod)
 
     def list_services(self, namespace: str, selector: str) -> list:
-        return self.core.list_namespaced_service(namespace, label_selector=selector).items
+        return self._list("services", namespace, selector, self.core.list_namespaced_service)
+
+    def _list(self, kind: str, namespace: str, selector: str, list_call) -> list:
+        what = f"listing {kind} in namespace {namespace} (label {selector}) through the API server {self.server}"
+        try:
+            return list_call(namespace, label_selector=selector, _request_timeout=METRICS_TIMEOUT).items
+        except Exception as error:  # ApiException, urllib3 connection errors, exec-auth failures
+            raise VerifyError(api_failure(what, error, f"kubectl get {kind} -n {namespace} -l {selector}")) from None
+
+
+def api_failure(what: str, error: Exception, kubectl: str) -> str:
+    """What failed talking to the API server, why, and what to try."""
+    status = getattr(error, "status", None)
+    if isinstance(status, int) and status:
+        reason = getattr(error, "reason", "") or ""
+        if status in (401, 403):
+            fix = (f"your kubeconfig's credentials are refused or lack permission: check them with `{kubectl}` "
+                   "(for EKS, `aws eks update-kubeconfig --name <cluster>` and an access entry)")
+        else:
+            fix = f"check with `{kubectl}`"
+        return f"{what}: the API server answered HTTP {status} {reason}".rstrip() + f"; {fix}."
+    detail = " ".join(str(error).split())
+    if len(detail) > 300:
+        detail = detail[:299] + "…"
+    return (f"{what} failed: {type(error).__name__}: {detail}. Is the cluster up and reachable from here, and "
+            f"the kubeconfig's server address right? Check with `{kubectl}`, pick another --context or "
+            "--kubeconfig, or skip the API server with --pod-url and --gateway-url.")
 
 
 def _pod_ready(pod) -> bool:
@@ -180,7 +219,8 @@ class KubePods:
             try:
                 status, data = self.api.call("GET", path, timeout=METRICS_TIMEOUT)
             except Exception as error:  # ApiException, urllib3 errors, exec-auth failures
-                raise VerifyError(f"pod {name}: reading {path} failed: {error}") from None
+                raise VerifyError(api_failure(f"pod {name}: reading {path}", error,
+                                              f"kubectl get --raw {path}")) from None
             if status != 200:
                 raise VerifyError(f"pod {name}: {path} answered HTTP {status}. Is --port {self.port} vLLM's port?")
             try:
@@ -192,43 +232,68 @@ class KubePods:
 
 @dataclass
 class KubeGateway:
-    """The gateway's Envoy Service, reached through the API server's service proxy."""
+    """The gateway's Envoy Service, reached through the API server's service proxy.
+
+    `scheme` is how the API server talks to the Service: "http", or "https" when the gateway
+    terminates TLS itself (the service-proxy form `https:<service>:<port>`).
+    """
 
     api: KubeApi
     service: str
     namespace: str
     port: int
     headers: Mapping[str, str]
+    scheme: str = "http"
     last_error: str = ""
+
+    def __post_init__(self) -> None:
+        if self.scheme not in URL_SCHEMES:
+            raise VerifyError(f"--gateway-scheme {self.scheme!r}: use http or https")
 
     @property
     def description(self) -> str:
-        return f"service {self.namespace}/{self.service}:{self.port} (through the API server's service proxy)"
+        return (f"service {self.namespace}/{self.service}:{self.port} over {self.scheme} "
+                "(through the API server's service proxy)")
+
+    def proxy_path(self, path: str) -> str:
+        """The API server path that forwards `path` to the Service: `<svc>:<port>` is plain HTTP,
+        `https:<svc>:<port>` makes the API server speak TLS to it."""
+        target = f"{self.service}:{self.port}" if self.scheme == "http" else f"{self.scheme}:{self.service}:{self.port}"
+        return f"/api/v1/namespaces/{self.namespace}/services/{target}/proxy{path}"
 
     @classmethod
-    def find(cls, api: KubeApi, gateway_name: str, headers: Mapping[str, str]) -> KubeGateway:
-        selector = f"{GATEWAY_LABEL}={gateway_name}"
-        services = api.list_services(GATEWAY_NAMESPACE, selector)
+    def find(cls, api: KubeApi, gateway_name: str, headers: Mapping[str, str], scheme: str = "http") -> KubeGateway:
+        selector = f"{GATEWAY_OWNER_LABEL}={gateway_name}"
+        services = api.list_services(GATEWAY_SYSTEM_NAMESPACE, selector)
         if not services:
-            raise VerifyError(f"no Service labelled {selector} in namespace {GATEWAY_NAMESPACE}: is --gateway-name "
-                              f"{gateway_name!r} right and the gateway ready? Or pass --gateway-url.")
+            raise VerifyError(f"no Service labelled {selector} in namespace {GATEWAY_SYSTEM_NAMESPACE}: is "
+                              f"--gateway-name {gateway_name!r} right and the gateway ready? Or pass --gateway-url.")
         service = sorted(services, key=lambda s: s.metadata.name)[0]
         ports = service.spec.ports or []
         if not ports:
-            raise VerifyError(f"Service {GATEWAY_NAMESPACE}/{service.metadata.name} has no port; pass --gateway-url.")
-        return cls(api, service.metadata.name, GATEWAY_NAMESPACE, ports[0].port, headers)
+            raise VerifyError(f"Service {GATEWAY_SYSTEM_NAMESPACE}/{service.metadata.name} has no port; "
+                              "pass --gateway-url.")
+        return cls(api, service.metadata.name, GATEWAY_SYSTEM_NAMESPACE, _port_for(ports, scheme).port, headers, scheme)
 
     def post(self, path: str, body: Mapping[str, Any]) -> int:
-        proxy = f"/api/v1/namespaces/{self.namespace}/services/{self.service}:{self.port}/proxy{path}"
         try:
-            status, _ = self.api.call("POST", proxy, body, self.headers)
+            status, _ = self.api.call("POST", self.proxy_path(path), body, self.headers)
             return status
         except Exception as error:  # ApiException, urllib3 errors, exec-auth failures
             status = getattr(error, "status", None)
-            if isinstance(status, int):
+            if isinstance(status, int) and status:
                 return status
             self.last_error = f"{type(error).__name__}: {error}"
             return 0
+
+
+def _port_for(ports: Sequence, scheme: str):
+    """The Service port for `scheme`: one named after it or on its well-known number, else the first."""
+    number = 443 if scheme == "https" else 80
+    for port in ports:
+        if (port.name or "").lower() == scheme or port.port == number:
+            return port
+    return ports[0]
 
 
 # -- measuring --------------------------------------------------------------------------------
@@ -241,6 +306,8 @@ class Measurement:
     statuses: tuple[int, ...]
     seconds: float
     gateway_error: str = ""
+    # With a settle hook: the requests (0-based) sent although the hook gave up waiting.
+    unsettled: tuple[int, ...] = ()
 
     @property
     def failed(self) -> int:
@@ -250,33 +317,51 @@ class Measurement:
         return self.report.to_json()
 
 
-def send_batch(gateway: GatewayClient, bodies: Sequence[Mapping[str, Any]], out: TextIO) -> list[int]:
-    """Serially, like the page's loop: each request's status printed as it comes back."""
-    statuses = []
-    for body in bodies:
+def send_batch(gateway: GatewayClient, bodies: Sequence[Mapping[str, Any]], out: TextIO,
+               settle: Settle | None = None) -> tuple[list[int], list[int]]:
+    """Serially, like the page's loop: each request's status printed as it comes back.
+
+    With `settle`, it is called before each request with the time the previous response
+    ended (the batch's start for the first). Returns the statuses and the indexes of the
+    requests sent although `settle` gave up.
+    """
+    statuses: list[int] = []
+    unsettled: list[int] = []
+    previous_done = time.monotonic()
+    for index, body in enumerate(bodies):
+        if settle is not None and not settle(previous_done):
+            unsettled.append(index)
         status = gateway.post(inference_path(body), body)
+        previous_done = time.monotonic()
         statuses.append(status)
         print(f"{status:03d}", end=" ", file=out, flush=True)
     print(file=out, flush=True)
-    return statuses
+    return statuses, unsettled
 
 
 def measure(pods: PodReader, gateway: GatewayClient, bodies: Sequence[Mapping[str, Any]], out: TextIO,
-            settle_timeout: float = SETTLE_TIMEOUT) -> Measurement:
-    """Read counters, send the batch, read again until the counters account for it."""
+            settle_timeout: float = SETTLE_TIMEOUT, settle: Settle | None = None) -> Measurement:
+    """Read counters, send the batch, read again until the counters account for it.
+
+    `settle` (optional) runs before each request; see `send_batch`. Without it each request
+    goes out as soon as the previous one is answered, as the page's curl loop does.
+    """
     before = pods.read()
     print(f"counters read from {len(before)} pod(s): {', '.join(before)}", file=out, flush=True)
     print(f"sending {len(bodies)} request(s) to {gateway.description}:", file=out, flush=True)
     started = time.monotonic()
-    statuses = send_batch(gateway, bodies, out)
+    statuses, unsettled = send_batch(gateway, bodies, out, settle)
     seconds = time.monotonic() - started
     succeeded = sum(1 for s in statuses if 200 <= s < 300)
     print(f"{succeeded} of {len(statuses)} succeeded in {seconds:.1f}s; reading counters again", file=out, flush=True)
+    if unsettled:
+        print(f"note: requests {', '.join(str(i + 1) for i in unsettled)} were sent before the gateway's view of "
+              "every pod had settled", file=out, flush=True)
     deadline = time.monotonic() + settle_timeout
     while True:
         report = diff_reads(before, pods.read())
         if report.requests >= succeeded or time.monotonic() > deadline:
-            return Measurement(report, tuple(statuses), seconds, gateway.last_error)
+            return Measurement(report, tuple(statuses), seconds, gateway.last_error, tuple(unsettled))
         time.sleep(0.2)
 
 
@@ -315,16 +400,6 @@ def judge(measurement: Measurement, expect: str | None) -> Verdict:
 
 # -- command line -----------------------------------------------------------------------------
 
-def parse_named_url(option: str):
-    def parse(text: str) -> tuple[str, str]:
-        name, sep, url = text.partition("=")
-        if not sep or not name or not url.startswith(("http://", "https://")):
-            raise argparse.ArgumentTypeError(f"{option} {text!r}: expected NAME=URL, e.g. "
-                                             f"{option} pod-a=http://127.0.0.1:18001")
-        return name, url
-    return parse
-
-
 def parse_header(text: str) -> tuple[str, str]:
     name, sep, value = text.partition(":")
     if not sep or not name.strip():
@@ -338,7 +413,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
         "verify", help="send a workload through a live gateway and show, from vLLM's counters, where it went",
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--stack", help="stack whose settings fill the defaults below (stacks/Pulumi.<stack>.yaml)")
-    parser.add_argument("--model", help="with --stack: the model entry by name, e.g. qwen-small")
+    add_model_options(parser)
     parser.add_argument("--workload", default="seed-shared",
                         help=f"{', '.join(BUILTIN_WORKLOADS)}, or a .jsonl file of OpenAI request bodies "
                              "(default: seed-shared)")
@@ -349,15 +424,20 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                         help='print {"pods": [{"pod","requests","hits","queries","hitRate"}], "hitRate"} '
                              "on stdout (progress goes to stderr)")
     pods = parser.add_argument_group("pods (one of)")
-    pods.add_argument("--pod-url", action="append", type=parse_named_url("--pod-url"), metavar="NAME=URL",
+    pods.add_argument("--pod-url", action="append", type=named_url("--pod-url"), metavar="NAME=URL",
                       help="a vLLM server's base URL (repeatable); skips the Kubernetes API for pods")
     pods.add_argument("--namespace", help="the model's namespace (default: the stack's)")
     pods.add_argument("--label", help="the pods' app label (default: the stack model's deployment name)")
-    pods.add_argument("--port", type=int, help="vLLM's port in the pod (default: the stack model's, else 8000)")
+    pods.add_argument("--port", type=port_number("--port"),
+                      help=f"vLLM's port in the pod (default: the stack model's, else {VLLM_PORT})")
     gateway = parser.add_argument_group("gateway (one of)")
-    gateway.add_argument("--gateway-url", help="the gateway's base URL, e.g. http://127.0.0.1:8080")
+    gateway.add_argument("--gateway-url", type=http_url("--gateway-url"),
+                         help="the gateway's base URL, e.g. http://127.0.0.1:8080")
     gateway.add_argument("--gateway-name", help="the Gateway's name, to find its Envoy Service in "
-                                                f"{GATEWAY_NAMESPACE} (default: the stack's)")
+                                                f"{GATEWAY_SYSTEM_NAMESPACE} (default: the stack's)")
+    gateway.add_argument("--gateway-scheme", choices=URL_SCHEMES,
+                         help="with --gateway-name or --stack: how the API server's service proxy talks to the "
+                              "Envoy Service (default: https when the stack's gateway has TLS, else http)")
     parser.add_argument("--header", action="append", type=parse_header, default=[], metavar="'NAME: VALUE'",
                         help="extra header for every request (repeatable), e.g. for a JWT-protected gateway")
     parser.add_argument("--kubeconfig", help="kubeconfig file (default: $KUBECONFIG, else ~/.kube/config)")
@@ -373,25 +453,25 @@ class Target:
     label: str | None
     port: int
     gateway_name: str | None
+    gateway_scheme: str = "http"
 
 
 def resolve_target(args: argparse.Namespace) -> Target:
     model = namespace = label = gateway_name = None
-    port = 8000
-    if args.stack or args.model:
-        if not (args.stack and args.model):
-            raise VerifyError("--stack and --model go together, e.g. --stack dev --model qwen-small")
-        from settings import SettingsError, load_stack
-
-        try:
-            settings = load_stack(args.stack)
-            entry = settings.model_named(args.model)
-        except SettingsError as error:
-            raise VerifyError(str(error)) from None
+    port, scheme = VLLM_PORT, "http"
+    try:
+        found = load_stack_model(args.stack, args.model, args.stacks_dir)
+    except StackOptionError as error:
+        raise VerifyError(str(error)) from None
+    if found is not None:
+        entry, settings = found.model, found.settings
         model, namespace, label, port = entry.model, settings.namespace, entry.deployment, entry.port
         gateway_name = settings.gateway.name
+        # tls_acm_arn: None without TLS; "" (cert-manager) or an ARN when the gateway terminates TLS.
+        scheme = "https" if settings.gateway.tls_acm_arn is not None else "http"
     return Target(model_id=args.model_id or model, namespace=args.namespace or namespace, label=args.label or label,
-                  port=args.port or port, gateway_name=args.gateway_name or gateway_name)
+                  port=args.port or port, gateway_name=args.gateway_name or gateway_name,
+                  gateway_scheme=args.gateway_scheme or scheme)
 
 
 def build_clients(args: argparse.Namespace, target: Target) -> tuple[PodReader, GatewayClient]:
@@ -414,12 +494,16 @@ def build_clients(args: argparse.Namespace, target: Target) -> tuple[PodReader, 
                               "qwen-small, or --namespace and --label")
         pods = KubePods(kube(), target.namespace, target.label, target.port)
     if args.gateway_url:
+        if args.gateway_scheme:
+            raise VerifyError(f"--gateway-scheme {args.gateway_scheme} applies to the API server's service proxy "
+                              f"only; with --gateway-url the URL's own scheme is used ({args.gateway_url}). Drop "
+                              "one of the two.")
         gateway: GatewayClient = UrlGateway(args.gateway_url, headers)
     else:
         if not target.gateway_name:
             raise VerifyError("no gateway: pass --gateway-url URL, or --stack dev --model qwen-small, "
                               "or --gateway-name NAME")
-        gateway = KubeGateway.find(kube(), target.gateway_name, headers)
+        gateway = KubeGateway.find(kube(), target.gateway_name, headers, target.gateway_scheme)
     return pods, gateway
 
 
@@ -440,7 +524,7 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(measurement.to_json(), indent=2))
     else:
-        print(format_report(measurement.report))
+        print(format_pod_table(measurement.report))
     label = "PASS" if verdict.passed else "FAIL"
     print(f"{label}: {verdict.reason}" if args.expect or not verdict.passed else verdict.reason, file=out)
     return 0 if verdict.passed else 1

@@ -110,7 +110,7 @@ def build_model(out_dir: Path, vllm_python: str, progress: Callable[[str], None]
 
 @dataclass
 class VllmServer:
-    """One vLLM OpenAI server on 127.0.0.1; use as a context manager or call start/stop."""
+    """One vLLM OpenAI server on 127.0.0.1: `start()`, then `stop()` (or `kill()`)."""
 
     name: str
     model_dir: Path
@@ -119,7 +119,7 @@ class VllmServer:
     log_path: Path
     port: int = 0
     cpu_bind: str | None = None
-    max_model_len: int = 4096
+    max_model_len: int = tinymodel.MAX_MODEL_LEN
     extra_args: tuple[str, ...] = ()
     process: subprocess.Popen | None = field(default=None, init=False, repr=False)
     started_at: float = field(default=0.0, init=False, repr=False)
@@ -245,12 +245,6 @@ class VllmServer:
                 return
             time.sleep(0.1)
 
-    def __enter__(self) -> VllmServer:
-        return self.start()
-
-    def __exit__(self, *exc) -> None:
-        self.stop()
-
 
 def wait_until_healthy(servers: list[VllmServer], timeout: float = DEFAULT_START_TIMEOUT,
                        out: TextIO | None = None, every: float = 5.0) -> dict[str, float]:
@@ -289,7 +283,7 @@ def wait_until_healthy(servers: list[VllmServer], timeout: float = DEFAULT_START
 
 def start_servers(count: int, model_dir: Path, served_model_name: str, vllm_python: str, log_dir: Path,
                   timeout: float = DEFAULT_START_TIMEOUT, out: TextIO | None = None,
-                  max_model_len: int = 4096) -> list[VllmServer]:
+                  max_model_len: int = tinymodel.MAX_MODEL_LEN) -> list[VllmServer]:
     """Start `count` servers pinned to different cores and wait for all; stops them all on failure."""
     out = out or sys.stdout
     servers = [VllmServer(name=f"vllm-{chr(ord('a') + i)}", model_dir=model_dir, served_model_name=served_model_name,

@@ -9,7 +9,7 @@ import json
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
-from .picker import Request
+from .picker import SURROGATE_FIX, Request, lone_surrogate
 
 SEED_MODEL = "Qwen/Qwen2.5-0.5B-Instruct"
 SEED_REQUESTS = 12
@@ -94,6 +94,13 @@ def load_jsonl(path: str | Path, model: str | None = None) -> list[dict[str, Any
         if not isinstance(body, dict):
             raise WorkloadError(f"workload {path} line {number}: is a JSON {type(body).__name__}, not an object. "
                                 'Write one request body per line, e.g. {"model": "...", "prompt": "..."}.')
+        surrogate = lone_surrogate(json.dumps(body, ensure_ascii=False))
+        if surrogate is not None:
+            escape = "\\u" + format(ord(json.dumps(body, ensure_ascii=False)[surrogate]), "04x")
+            column = line.lower().find(escape)
+            where = f" (column {column + 1})" if column >= 0 else ""
+            raise WorkloadError(f"workload {path} line {number}: holds the lone surrogate {escape}{where}, "
+                                f"{SURROGATE_FIX}.")
         if model is not None:
             body["model"] = model
         try:

@@ -2,7 +2,9 @@
 
 No hub download: the model is built locally (routing.tinymodel). The vLLM python comes from
 $VLLM_PYTHON (or .venv-vllm/bin/python); `bash .ci/setup-vllm.sh .venv-vllm` creates it.
-Locally the tests skip with the reason when it is missing; in CI (CI=true) they fail.
+Locally the tests skip with the reason when it is missing; they fail instead when a full run
+requires them: in CI (CI=true) or with ROUTING_E2E_REQUIRED=1 (./test.sh's full mode sets it
+after installing vLLM).
 """
 
 from __future__ import annotations
@@ -44,13 +46,23 @@ def progress(pytestconfig) -> TerminalLines:
     return TerminalLines(pytestconfig)
 
 
+def required_by() -> str | None:
+    """Why this run must not skip the real-vLLM tests (the variable that says so), or None."""
+    if os.environ.get("CI") == "true":
+        return "CI=true"
+    if os.environ.get("ROUTING_E2E_REQUIRED") == "1":
+        return "ROUTING_E2E_REQUIRED=1"
+    return None
+
+
 @pytest.fixture(scope="session")
 def vllm_python() -> str:
     python, why = have_vllm_python()
     if python is None:
-        if os.environ.get("CI") == "true":
-            pytest.fail(f"CI=true but the real-vLLM tests cannot run: {why} "
-                        "(.ci/run must run .ci/setup-vllm.sh and export VLLM_PYTHON)", pytrace=False)
+        required = required_by()
+        if required:
+            pytest.fail(f"{required} but the real-vLLM tests cannot run: {why} (the full run must install vLLM "
+                        "first, e.g. `bash .ci/setup-vllm.sh .venv-vllm`, and export VLLM_PYTHON)", pytrace=False)
         pytest.skip(f"real-vLLM tests need a vLLM venv: {why}")
     return python
 

@@ -4,6 +4,12 @@ counters, and compared with `predict`.
 Expected numbers are derived from the servers' own tokenizer (/tokenize) and block size
 (vllm:cache_config_info), never written in: vLLM caches full blocks only, so a request that
 shares its first n tokens with an earlier one on the same server hits n // block_size blocks.
+
+Each batch is sent serially and settled: before each request, the test waits until `serve`
+has scraped both servers idle after the previous response, so its picker sees what
+`predict`'s simulated pods report between serial requests. With the same seed, `predict`
+must then name the same pod for every request, and its per-pod requests, hits and queries
+must equal the servers' counters (its pod-0 and pod-1 stand for vllm-a and vllm-b).
 """
 
 from __future__ import annotations
@@ -18,11 +24,12 @@ from dataclasses import dataclass
 
 import pytest
 
+from settings import DEFAULT_WEIGHTS
+
 from routing import __main__ as cli
-from routing.metrics import DeltaReport
-from routing.predict import run_prediction
-from routing.serve import ROUTED_HEADER, default_weights, start_gateway
-from routing.verify import UrlGateway, UrlPods, measure
+from routing.predict import Prediction, run_prediction
+from routing.serve import ROUTED_HEADER, RoutedRequest, start_gateway
+from routing.verify import Measurement, UrlGateway, UrlPods, measure
 from routing.vllm_server import reset_prefix_cache
 from routing.workloads import seed_shared, seed_unique
 
@@ -54,12 +61,32 @@ def tokens_of(bodies, tokenizer) -> list[list[int]]:
     return [tokenizer.encode(body["prompt"]) for body in bodies]
 
 
-def run_batch(servers, bodies, weights=None, out=None):
+def run_batch(servers, bodies, weights=None, out=None) -> tuple[Measurement, list[RoutedRequest]]:
+    """The batch through a fresh `serve`, serially, each request sent once `serve` has scraped
+    every server idle since the previous response."""
     backends = {s.name: s.url for s in servers}
     with start_gateway(backends, weights, seed=SEED) as gateway:
-        measurement = measure(UrlPods(backends), UrlGateway(gateway.url, {}), bodies, out or _Discard())
+        measurement = measure(UrlPods(backends), UrlGateway(gateway.url, {}), bodies, out or _Discard(),
+                              settle=gateway.wait_idle)
         history = list(gateway.gateway.history)
     return measurement, history
+
+
+def predict_for(servers, bodies, weights, cache_config, tokenizer) -> Prediction:
+    block_size, capacity = cache_config
+    return run_prediction(bodies, weights={**DEFAULT_WEIGHTS, **(weights or {})}, replicas=len(servers),
+                          block_size=block_size, capacity_blocks=capacity, tokenizer=tokenizer, seed=SEED)
+
+
+def assert_measured_as_predicted(servers, measurement: Measurement, history: list[RoutedRequest],
+                                 prediction: Prediction) -> None:
+    """Every pick, and every server's (requests, hits, queries), as `predict` says; pod-i is server i."""
+    assert measurement.unsettled == (), "serve never saw every server idle before these requests"
+    name_of = {f"pod-{i}": server.name for i, server in enumerate(servers)}
+    assert [h.backend for h in history] == [name_of[pod] for pod in prediction.picker.placements]
+    assert [p.pod for p in measurement.report.pods] == [name_of[p.pod] for p in prediction.picker.pods]
+    assert [(p.requests, p.hits, p.queries) for p in measurement.report.pods] == \
+        [(p.requests, p.hits, p.queries) for p in prediction.picker.pods]
 
 
 class _Discard:
@@ -74,13 +101,9 @@ def pods_used(result) -> int:
     return sum(1 for pod in result.pods if pod.requests)
 
 
-def per_pod(report: DeltaReport) -> list[tuple[int, int, int]]:
-    return sorted(((p.requests, p.hits or 0, p.queries or 0) for p in report.pods), reverse=True)
-
-
 def test_shared_prefix_concentrates_and_hits_every_full_block_of_the_preamble(servers, server_tokenizer,
                                                                                 cache_config, progress):
-    block_size, capacity = cache_config
+    block_size, _ = cache_config
     bodies = seed_shared(SERVED_MODEL)
     tokens = tokens_of(bodies, server_tokenizer)
     expected_hits, expected_queries = cache_can_give(tokens, block_size), sum(map(len, tokens))
@@ -97,16 +120,13 @@ def test_shared_prefix_concentrates_and_hits_every_full_block_of_the_preamble(se
     progress.write(f"shared: {len(tokens[0])} tokens per prompt, block {block_size}, hits {report.hits} / queries "
                    f"{report.queries} = {report.hit_rate:.1%}\n")
 
-    prediction = run_prediction(bodies, weights=default_weights(), replicas=2, block_size=block_size,
-                                capacity_blocks=capacity, tokenizer=server_tokenizer, seed=SEED)
-    assert per_pod(report) == sorted(((p.requests, p.hits, p.queries) for p in prediction.picker.pods),
-                                     reverse=True)
+    assert_measured_as_predicted(servers, measurement, history,
+                                 predict_for(servers, bodies, None, cache_config, server_tokenizer))
 
 
 def test_unique_prefixes_spread_with_zero_hits(servers, server_tokenizer, cache_config, progress):
-    block_size, capacity = cache_config
     bodies = seed_unique(SERVED_MODEL)
-    measurement, _ = run_batch(servers, bodies, out=progress)
+    measurement, history = run_batch(servers, bodies, out=progress)
     report = measurement.report
 
     assert measurement.statuses == (200,) * 12
@@ -114,19 +134,19 @@ def test_unique_prefixes_spread_with_zero_hits(servers, server_tokenizer, cache_
     assert report.hits == 0
     assert report.queries == sum(map(len, tokens_of(bodies, server_tokenizer)))
 
-    prediction = run_prediction(bodies, weights=default_weights(), replicas=2, block_size=block_size,
-                                capacity_blocks=capacity, tokenizer=server_tokenizer, seed=SEED)
+    prediction = predict_for(servers, bodies, None, cache_config, server_tokenizer)
     assert pods_used(prediction.picker) == 2
     assert (prediction.picker.hits, prediction.picker.queries) == (0, report.queries)
+    assert_measured_as_predicted(servers, measurement, history, prediction)
 
 
 def test_prefix_weight_zero_spreads_the_shared_batch(servers, server_tokenizer, cache_config, progress):
-    block_size, capacity = cache_config
+    block_size, _ = cache_config
     bodies = seed_shared(SERVED_MODEL)
     tokens = tokens_of(bodies, server_tokenizer)
     preamble_hit = common_prefix(tokens[0], tokens[1]) // block_size * block_size
 
-    measurement, _ = run_batch(servers, bodies, NO_PREFIX, out=progress)
+    measurement, history = run_batch(servers, bodies, NO_PREFIX, out=progress)
     report = measurement.report
 
     assert measurement.statuses == (200,) * 12
@@ -134,13 +154,12 @@ def test_prefix_weight_zero_spreads_the_shared_batch(servers, server_tokenizer, 
     # Each pod misses on its first request of the batch and hits the preamble on the others.
     for pod in report.pods_used:
         assert pod.hits == (pod.requests - 1) * preamble_hit
-    prediction = run_prediction(bodies, weights={**default_weights(), **NO_PREFIX}, replicas=2,
-                                block_size=block_size, capacity_blocks=capacity, tokenizer=server_tokenizer,
-                                seed=SEED)
+    prediction = predict_for(servers, bodies, NO_PREFIX, cache_config, server_tokenizer)
     assert pods_used(prediction.picker) == 2
     assert prediction.picker.queries == report.queries
     assert prediction.picker.hits == sum((p.requests - 1) * preamble_hit for p in prediction.picker.pods
                                          if p.requests)
+    assert_measured_as_predicted(servers, measurement, history, prediction)
 
 
 def verify_json(servers, gateway_url: str, workload: str, expect: str, capsys) -> tuple[int, dict]:
@@ -202,7 +221,7 @@ def test_killed_server_stops_being_picked_once_its_metrics_go_stale(servers, pro
     prompts = [body["prompt"] for body in seed_unique(SERVED_MODEL)]
     results: list[Sent] = []
     lock = threading.Lock()
-    stop_at = [time.monotonic() + 60]  # hard bound; shortened once the victim is stale
+    stop_at = [time.monotonic() + 60]  # hang guard; shortened once the victim is stale
     counter = iter(range(400))  # hard bound on the number of requests
 
     def worker(gateway_url: str) -> None:
@@ -221,11 +240,14 @@ def test_killed_server_stops_being_picked_once_its_metrics_go_stale(servers, pro
             before_kill = list(results)
         killed_at = time.monotonic()
         victim.kill()
-        while gateway.gateway.backends[victim.name].is_fresh(time.monotonic(), gateway.gateway.staleness):
-            assert time.monotonic() - killed_at < 10, "the killed server's metrics never went stale"
+        victim_backend = gateway.gateway.backends[victim.name]
+        staleness = gateway.gateway.staleness
+        while victim_backend.is_fresh(time.monotonic(), staleness):
+            # A hang guard only, far above the 2 s threshold: how late the poll notices is not asserted.
+            assert time.monotonic() - killed_at < 30, "the killed server's metrics never went stale"
             time.sleep(0.02)
         stale_at = time.monotonic()
-        last_good_scrape = gateway.gateway.backends[victim.name].last_good_scrape
+        last_good_scrape = victim_backend.last_good_scrape
         stop_at[0] = stale_at + 4
         for future in workers:
             future.result(timeout=90)
@@ -236,11 +258,14 @@ def test_killed_server_stops_being_picked_once_its_metrics_go_stale(servers, pro
     failed_in_window = sum(r.status != 200 for r in in_window)
     progress.write(f"failover: {len(before_kill)} requests before the kill ({on_victim} on {victim.name}); stale "
                    f"{stale_at - killed_at:.2f}s after the kill, {stale_at - last_good_scrape:.2f}s after its "
-                   f"last good scrape; {len(in_window)} sent in between ({failed_in_window} failed); {len(after_stale)} after\n")
+                   f"last good scrape; {len(in_window)} sent in between ({failed_in_window} failed); "
+                   f"{len(after_stale)} after\n")
     assert any(r.routed_to == victim.name and r.status == 200 for r in before_kill), "victim never served: no test"
-    # Stale exactly when its last good scrape (taken before the kill) turned 2 s old.
+    # Its last good scrape was taken before the kill, and it stayed a candidate for the whole
+    # 2 s staleness threshold after it (never stale early). How much later the polling loop
+    # noticed depends on the machine's load, so no upper bound is asserted.
     assert last_good_scrape < killed_at + 0.1
-    assert 2.0 <= stale_at - last_good_scrape < 2.5  # 20 ms polling, on two busy cores
-    assert stale_at - killed_at < 3.0
+    assert staleness == 2.0
+    assert stale_at - last_good_scrape >= staleness
     assert len(after_stale) >= 10
     assert [(r.status, r.routed_to) for r in after_stale] == [(200, survivor.name)] * len(after_stale)

@@ -74,6 +74,9 @@ class FakeModelServer:
     bodies: list[dict] = field(default_factory=list)
     # Called before each /metrics answer, e.g. to simulate a restart between two reads.
     before_metrics: Callable[[FakeModelServer], None] | None = None
+    # Serve POST /reset_prefix_cache, as vLLM does with VLLM_SERVER_DEV_MODE=1 (else it is a 404).
+    dev_mode: bool = False
+    resets: int = 0
     server: ThreadedServer | None = None
 
     @property
@@ -103,7 +106,13 @@ class FakeModelServer:
         app.router.add_get("/v1/models", self._models)
         app.router.add_post("/v1/completions", self._completion)
         app.router.add_post("/v1/chat/completions", self._completion)
+        if self.dev_mode:
+            app.router.add_post("/reset_prefix_cache", self._reset_prefix_cache)
         return app
+
+    async def _reset_prefix_cache(self, _request: web.Request) -> web.Response:
+        self.resets += 1
+        return web.json_response({"success": True})
 
     async def _metrics(self, _request: web.Request) -> web.Response:
         if self.metrics_status != 200:

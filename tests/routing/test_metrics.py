@@ -5,7 +5,9 @@ from __future__ import annotations
 import pytest
 
 from routing.metrics import (NO_PREFIX_METRIC, DeltaReport, MetricsError, VllmMetrics, counter_delta, diff_reads,
-                             format_report, parse_metrics)
+                             parse_metrics)
+from routing.simulate import PodStats, SimulationResult
+from routing.tables import format_pod_table, percent
 
 # Trimmed from a real vLLM 0.32 CPU server (engine and model_name labels, _created samples).
 NEW_SPELLING = """\
@@ -126,7 +128,7 @@ def test_counter_that_went_down_means_restart_and_the_delta_is_the_after_value()
     assert delta.restarted
     assert (delta.requests, delta.hits, delta.queries) == (3, 256, 1200)
     assert any(note.startswith("restarted") and "40 → 3" in note for note in delta.notes)
-    assert "(restarted)" in format_report(DeltaReport((delta,)))
+    assert "(restarted)" in format_pod_table(DeltaReport((delta,)))
 
 
 def test_pod_without_prefix_metric_is_marked_and_left_out_of_the_hit_rate():
@@ -136,7 +138,7 @@ def test_pod_without_prefix_metric_is_marked_and_left_out_of_the_hit_rate():
     assert any(NO_PREFIX_METRIC in note for note in without.notes)
     report = DeltaReport((with_prefix, without))
     assert (report.requests, report.hits, report.queries) == (12, 500, 1000)
-    table = format_report(report)
+    table = format_pod_table(report)
     assert "pod-b  " in table and NO_PREFIX_METRIC in table
 
 
@@ -157,3 +159,17 @@ def test_json_shape_matches_predict():
                  {"pod": "pod-b", "requests": 0, "hits": 0, "queries": 0, "hitRate": None}],
         "hitRate": 12672 / 15039,
     }
+
+
+def test_one_table_for_measured_and_predicted_pods():
+    measured = DeltaReport((counter_delta("pod-a", metrics(0), metrics(12, 12672, 15039)),
+                            counter_delta("pod-b", metrics(0), metrics(0, 0, 0))))
+    predicted = SimulationResult((PodStats("pod-a", 12, 12672, 15039), PodStats("pod-b", 0, 0, 0)), ("pod-a",) * 12)
+    assert format_pod_table(measured) == format_pod_table(predicted)
+    lines = format_pod_table(predicted, indent="  ").splitlines()
+    assert lines[0].split() == ["pod", "requests", "hits", "queries", "hit", "rate"]
+    assert lines[1].split() == ["pod-a", "12", "12672", "15039", "84.3%"]
+    assert lines[2].split() == ["pod-b", "0", "0", "0", "-"]
+    assert lines[3].split() == ["overall", "12", "12672", "15039", "84.3%"]
+    assert all(line.startswith("  ") for line in lines)
+    assert (percent(None), percent(0.0), percent(11 / 12)) == ("-", "0.0%", "91.7%")

@@ -22,7 +22,8 @@ from routing.workloads import (SEED_MODEL, WorkloadError, load_jsonl, seed_share
 
 DEFAULT = {"queue": 2, "kvCache": 2, "prefix": 3}
 NO_PREFIX = {"prefix": 0, "queue": 3, "kvCache": 2}
-SEED_PAGE = Path(__file__).resolve().parents[3] / "shared" / "seed" / "endpoint-picking-across-replicas.txt"
+# The page's step 3 and step 4 shell blocks, copied verbatim (its first line says from where).
+SEED_PAGE_BATCHES = Path(__file__).resolve().parent / "data" / "seed-page-batches.txt"
 
 
 def pods_used(result: dict) -> int:
@@ -54,20 +55,24 @@ def test_seed_bodies_are_the_pages_completions_requests_for_any_model():
     assert {b["model"] for b in seed_unique("tiny")} == {"tiny"}
 
 
-def _page_loop(step: str) -> str:
-    """The shell between `sh -c '` and `echo'` in one of the page's steps, made to print bodies."""
-    text = SEED_PAGE.read_text()
-    script = text[text.index(step):]
+def _page_loop(block: str) -> str:
+    """The shell between `sh -c '` and `echo'` of one of the page's blocks, made to print bodies."""
+    text = SEED_PAGE_BATCHES.read_text()
+    script = text[text.index(block):]
     script = script[script.index("sh -c '") + len("sh -c '"):script.index("echo'")]
+    assert script.count('printf "%s" "$BODY" | curl') == 1, "the page's loop is not the one this test rewrites"
     script = script.replace('GW="\'"${GW}"\'"', "")
     return script.replace('printf "%s" "$BODY" | curl', 'printf "%s\\n" "$BODY" #')
 
 
-@pytest.mark.skipif(not SEED_PAGE.is_file() or not shutil.which("sh"), reason="needs the seed page and sh")
-@pytest.mark.parametrize("step, bodies", [("3. Send a shared-prefix batch", seed_shared),
-                                          ("4. Compare against unique prefixes", seed_unique)])
-def test_seed_bodies_match_the_pages_shell_loop_byte_for_byte(step, bodies):
-    sent = subprocess.run(["sh", "-c", _page_loop(step)], capture_output=True, text=True, check=True).stdout
+@pytest.mark.parametrize("block, bodies", [("kubectl run batch-shared", seed_shared),
+                                           ("kubectl run batch-unique", seed_unique)])
+def test_seed_bodies_match_the_pages_shell_loop_byte_for_byte(block, bodies):
+    sh = shutil.which("sh")
+    if sh is None:
+        pytest.fail("this test runs the seed page's shell loop and needs a POSIX `sh` on PATH; install one "
+                    "(e.g. dash or busybox) or fix PATH", pytrace=False)
+    sent = subprocess.run([sh, "-c", _page_loop(block)], capture_output=True, text=True, check=True).stdout
     assert sent.splitlines() == [json.dumps(b, separators=(",", ":")) for b in bodies()]
 
 
@@ -234,6 +239,13 @@ def test_cli_table_shows_per_pod_rows(capsys):
     (["--pods", "2", "--replicas", "3"], "--replicas needs --stack"),
     (["--pods", "2", "--workload", "seed-sharde"], "no such file.*seed-shared"),
     (["--pods", "2", "--tokenizer", "/nonexistent/tokenizer.json"], "--tokenizer"),
+    (["--pods", "2", "--weights", ""], r"--weights '': no weight given\. Pass NAME=N pairs, e\.g\. --weights prefix=0"),
+    (["--stack", "dev", "--model", "qwen-small", "--weights", " "], r"--weights ' ': no weight given"),
+    (["--stack", "dev", "--model", "qwen-small", "--weights", "prefix=0,"],
+     r"--weights = '': write each weight as name=value"),
+    (["--stack", "org/project/dev", "--model", "qwen-small"],
+     r"--stack 'org/project/dev': give the stack's short name"),
+    (["--pods", "2", "--stacks-dir", "stacks"], r"--stacks-dir needs --stack"),
 ])
 def test_cli_errors_name_the_option_the_value_and_the_fix(capsys, argv, message):
     status, out, err = run_cli(*argv, capsys=capsys)
@@ -273,6 +285,26 @@ def test_cli_jsonl_workload_errors_carry_the_line_number(capsys, tmp_path):
     path.write_text('{"model": "m", "prompt": "ok"}\n{"prompt": \n')
     status, _, err = run_cli("--pods", "2", "--workload", str(path), capsys=capsys)
     assert status == 2 and "line 2" in err
+
+
+@pytest.mark.parametrize("line, escape, column", [
+    ('{"model": "m", "prompt": "a\\ud800b"}', "\\ud800", 28),
+    ('{"model": "m", "messages": [{"role": "user", "content": "\\uDFFF"}]}', "\\udfff", 58),
+])
+def test_a_lone_surrogate_is_a_workload_error_naming_the_line(capsys, tmp_path, line, escape, column):
+    path = tmp_path / "w.jsonl"
+    path.write_text('{"model": "m", "prompt": "fine \\ud83d\\ude00"}\n' + line + "\n")
+    with pytest.raises(WorkloadError, match=f"line 2: holds the lone surrogate \\{escape} \\(column {column}\\)"):
+        load_jsonl(path)
+    status, out, err = run_cli("--pods", "2", "--workload", str(path), capsys=capsys)
+    assert status == 2 and out == ""
+    assert err.startswith(f"predict: workload {path} line 2: holds the lone surrogate {escape}")
+    assert "both halves of its surrogate pair" in err
+
+
+def test_a_lone_surrogate_in_a_programmatic_workload_names_the_request():
+    with pytest.raises(WorkloadError, match=r"workload request 1: `prompt` holds a lone surrogate \\ud800"):
+        predict([{"model": "m", "prompt": "ok"}, {"model": "m", "prompt": "x\ud800"}], weights=DEFAULT, replicas=2)
 
 
 def test_cli_counts_tokens_with_a_tokenizer_file(capsys, tmp_path):

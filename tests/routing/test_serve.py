@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import time
+from pathlib import Path
 import urllib.error
 import urllib.request
 
@@ -162,15 +163,80 @@ def test_unroutable_body_is_a_400(backends):
     assert status == 400 and "model" in json.loads(raw)["error"]["message"]
 
 
+def test_unroutable_lone_surrogate_is_a_400_naming_it(backends):
+    with start_gateway(backend_map(backends)) as gateway:
+        status, _, raw = post(gateway.url + "/v1/completions", {"model": "m", "prompt": "a\ud800"})
+    assert status == 400
+    assert "`prompt` holds a lone surrogate \\ud800" in json.loads(raw)["error"]["message"]
+    assert all(server.bodies == [] for server in backends)
+
+
+def test_wait_idle_needs_a_scrape_after_the_given_time_showing_every_backend_idle(backends):
+    a, b = backends
+    with start_gateway(backend_map(backends), seed=1) as gateway:
+        routing = gateway.gateway
+        now = time.monotonic()
+        assert gateway.wait_idle(now, timeout=2.0)
+        scrapes = routing.scrapes()
+        assert all(s.started > now and s.idle for s in scrapes.values())
+        # Busy, by each measure the picker reads: not idle until the backend says so.
+        for field, busy in (("running", 1), ("waiting", 2), ("kv_usage", 8 / 8192)):
+            setattr(b, field, busy)
+            assert not gateway.wait_idle(time.monotonic(), timeout=0.3)
+            assert not routing.scrapes()["b"].idle and routing.scrapes()["a"].idle
+            setattr(b, field, 0)
+            assert gateway.wait_idle(time.monotonic(), timeout=2.0)
+        # A scrape older than the given time does not count, however idle it looked.
+        b.metrics_status = 500
+        time.sleep(0.1)
+        assert not gateway.wait_idle(time.monotonic(), timeout=0.3)
+        status, raw = get(gateway.url + "/health")
+    last = json.loads(raw)["backends"]["a"]["lastScrape"]
+    assert status == 200
+    assert set(last) == {"startedAt", "finishedAt", "running", "waiting", "kvUsage", "idle"}
+    assert last["idle"] and last["startedAt"] <= last["finishedAt"] <= json.loads(raw)["now"]
+
+
 @pytest.mark.parametrize("argv, message", [
     (["serve", "--backend", "nourl"], "--backend 'nourl': expected NAME=URL"),
+    (["serve", "--backend", "a=ftp://127.0.0.1:1"],
+     "--backend 'a=ftp://127.0.0.1:1': expected NAME=URL with an http://"),
     (["serve", "--backend", "a=http://x", "--weights", "prefx=1"], "prefx"),
     (["serve", "--backend", "a=http://x", "--weights", "queue=-1"], "queue"),
+    (["serve", "--backend", "a=http://x", "--weights", ""], "--weights '': write each weight as name=value"),
+    (["serve", "--backend", "a=http://x", "--port", "0"], "--port '0': a port is a whole number from 1 to 65535"),
+    (["serve", "--backend", "a=http://x", "--port", "65536"], "--port '65536': a port is a whole number"),
 ])
 def test_bad_options_name_the_option_and_the_value(argv, message, capsys):
-    with pytest.raises(SystemExit):
+    with pytest.raises(SystemExit) as exit_:
         cli.main(argv)
+    assert exit_.value.code == 2
     assert message in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--stack", "dev"], "--model: stack 'dev' has 2 models (qwen, qwen-small); name one, e.g. --model qwen"),
+    (["--model", "qwen-small"], "--model qwen-small: needs --stack"),
+    (["--stacks-dir", "stacks"], "--stacks-dir stacks: needs --stack"),
+    (["--stack", "dev", "--model", "qwen-big"], "no model named 'qwen-big'"),
+    (["--stack", "a/dev", "--model", "qwen-small"], "--stack 'a/dev': give the stack's short name"),
+    (["--stack", "dev", "--model", "qwen-small", "--stacks-dir", "/nonexistent"], "has no file /nonexistent"),
+])
+def test_stack_options_follow_the_same_rules_as_predict_and_verify(argv, message, capsys):
+    assert cli.main(["serve", "--backend", "a=http://127.0.0.1:1", *argv]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and message in err
+
+
+def test_a_stack_whose_model_has_a_custom_picker_config_is_refused(tmp_path, capsys):
+    dev = (Path(__file__).resolve().parents[2] / "stacks" / "Pulumi.dev.yaml").read_text()
+    marker = "      model: Qwen/Qwen2.5-0.5B-Instruct\n"
+    (tmp_path / "Pulumi.custom.yaml").write_text(dev.replace(marker, marker + "      pickerConfigMap:\n"
+                                                                              "        name: my-picker\n"))
+    assert cli.main(["serve", "--backend", "a=http://127.0.0.1:1", "--stack", "custom", "--model", "qwen-small",
+                     "--stacks-dir", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert "custom picker ConfigMap (my-picker" in err and "Pass --weights" in err
 
 
 def test_help_says_it_is_not_a_production_gateway(capsys):

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import io
 import itertools
 import json
+import socket
+from pathlib import Path
 
 import aiohttp
 import pytest
@@ -12,7 +15,10 @@ from aiohttp import web
 
 from fake_http import FakeModelServer, ThreadedServer
 from routing import __main__ as cli
-from routing.verify import GATEWAY_LABEL, GATEWAY_NAMESPACE, resolve_target
+from routing.verify import KubeGateway, UrlGateway, UrlPods, measure, resolve_target
+from routing.workloads import seed_unique
+from settings import GATEWAY_OWNER_LABEL as GATEWAY_LABEL
+from settings import GATEWAY_SYSTEM_NAMESPACE as GATEWAY_NAMESPACE
 
 
 class FakeGateway:
@@ -165,7 +171,15 @@ def test_old_gpu_metric_names_are_read(pods, gateway_factory, capsys):
      "--workload seed-shared needs a served model name: pass --model-id"),
     (["verify", "--model-id", "m", "--pod-url", "a=http://127.0.0.1:1", "--gateway-url", "http://127.0.0.1:1"],
      "--pod-url a=http://127.0.0.1:1: cannot read http://127.0.0.1:1/metrics"),
-    (["verify", "--stack", "dev"], "--stack and --model go together"),
+    (["verify", "--stack", "dev"], "--model: stack 'dev' has 2 models (qwen, qwen-small); name one"),
+    (["verify", "--model", "qwen-small"], "--model qwen-small: needs --stack"),
+    (["verify", "--stack", "org/inference-gateway/dev", "--model", "qwen-small"],
+     "--stack 'org/inference-gateway/dev': give the stack's short name"),
+    (["verify", "--stack", "../stacks/dev", "--model", "qwen-small"],
+     "--stack '../stacks/dev': give the stack's short"),
+    (["verify", "--stack", "dev", "--model", "qwen-small", "--stacks-dir", "/nonexistent"], "has no file /nonexistent"),
+    (["verify", "--model-id", "m", "--pod-url", "a=http://x", "--gateway-url", "http://y", "--gateway-scheme", "https"],
+     "--gateway-scheme https applies to the API server's service proxy only"),
     (["verify", "--model-id", "m", "--workload", "missing.jsonl", "--pod-url", "a=http://x"], "missing.jsonl: no such"),
 ])
 def test_unusable_options_exit_2_with_the_fix(argv, message, capsys):
@@ -179,12 +193,65 @@ def test_malformed_pod_url_names_the_option(capsys):
     assert "--pod-url 'just-a-url': expected NAME=URL" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("argv, message", [
+    (["--gateway-url", "ftp://127.0.0.1:8080"],
+     "--gateway-url 'ftp://127.0.0.1:8080': scheme 'ftp'; the gateway and vLLM speak http:// or https://, "
+     "e.g. --gateway-url http://127.0.0.1:8080"),
+    (["--gateway-url", "127.0.0.1:8080"], "--gateway-url '127.0.0.1:8080': no scheme"),
+    (["--gateway-url", "http://"], "--gateway-url 'http://': no host in the URL"),
+    (["--gateway-url", "http://127.0.0.1:99999"], "--gateway-url 'http://127.0.0.1:99999': not a valid URL"),
+    (["--pod-url", "a=ftp://127.0.0.1:1"], "--pod-url 'a=ftp://127.0.0.1:1': expected NAME=URL with an http://"),
+    (["--port", "0"], "--port '0': a port is a whole number from 1 to 65535, e.g. --port 8000"),
+    (["--port", "65536"], "--port '65536': a port is a whole number from 1 to 65535"),
+    (["--port", "http"], "--port 'http': a port is a whole number from 1 to 65535"),
+    (["--gateway-scheme", "ftp"], "--gateway-scheme: invalid choice: 'ftp' (choose from 'http', 'https')"),
+])
+def test_bad_values_exit_2_naming_the_option_the_value_and_the_fix(argv, message, capsys):
+    with pytest.raises(SystemExit) as exit_:
+        cli.main(["verify", "--model-id", "m", *argv])
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err
+
+
+def target_args(**options) -> argparse.Namespace:
+    defaults = dict(stack=None, model=None, stacks_dir=None, model_id=None, namespace=None, label=None, port=None,
+                    gateway_name=None, gateway_scheme=None)
+    return argparse.Namespace(**{**defaults, **options})
+
+
 def test_stack_fills_namespace_label_model_and_gateway():
-    args = argparse.Namespace(stack="dev", model="qwen-small", model_id=None, namespace=None, label=None, port=None,
-                              gateway_name=None)
-    target = resolve_target(args)
-    assert (target.model_id, target.namespace, target.label, target.port, target.gateway_name) == (
-        "Qwen/Qwen2.5-0.5B-Instruct", "inference", "vllm-qwen-small", 8000, "inference-gateway")
+    target = resolve_target(target_args(stack="dev", model="qwen-small"))
+    assert (target.model_id, target.namespace, target.label, target.port, target.gateway_name,
+            target.gateway_scheme) == (
+        "Qwen/Qwen2.5-0.5B-Instruct", "inference", "vllm-qwen-small", 8000, "inference-gateway", "http")
+
+
+def _stack_with_tls(tmp_path, tls: str) -> Path:
+    dev = (Path(__file__).resolve().parents[2] / "stacks" / "Pulumi.dev.yaml").read_text()
+    marker = "    name: inference-gateway\n"
+    assert marker in dev
+    (tmp_path / "Pulumi.tls.yaml").write_text(dev.replace(marker, marker + f"    tls: {tls}\n"))
+    return tmp_path
+
+
+@pytest.mark.parametrize("tls", ["auto", "arn:aws:acm:us-west-2:123456789012:certificate/abc"])
+def test_a_stack_whose_gateway_has_tls_is_reached_over_https(tmp_path, tls):
+    stacks = _stack_with_tls(tmp_path, tls)
+    target = resolve_target(target_args(stack="tls", model="qwen-small", stacks_dir=stacks))
+    assert target.gateway_scheme == "https"
+    override = resolve_target(target_args(stack="tls", model="qwen-small", stacks_dir=stacks, gateway_scheme="http"))
+    assert override.gateway_scheme == "http"
+    assert resolve_target(target_args(gateway_scheme="https")).gateway_scheme == "https"
+
+
+def test_service_proxy_path_names_the_scheme_only_for_https():
+    http = KubeGateway(None, "envoy-inference-gw-1a2b", GATEWAY_NAMESPACE, 80, {})
+    assert http.proxy_path("/v1/completions") == \
+        f"/api/v1/namespaces/{GATEWAY_NAMESPACE}/services/envoy-inference-gw-1a2b:80/proxy/v1/completions"
+    https = KubeGateway(None, "envoy-inference-gw-1a2b", GATEWAY_NAMESPACE, 443, {}, scheme="https")
+    assert https.proxy_path("/v1/completions") == \
+        f"/api/v1/namespaces/{GATEWAY_NAMESPACE}/services/https:envoy-inference-gw-1a2b:443/proxy/v1/completions"
 
 
 class FakeApiServer:
@@ -195,6 +262,7 @@ class FakeApiServer:
     def __init__(self, pods: dict[str, FakeModelServer], gateway: FakeGateway, namespace: str, label: str):
         self.pods, self.gateway, self.namespace, self.label = pods, gateway, namespace, label
         self.selectors: list[str] = []
+        self.proxy_targets: list[str] = []
         self.server = ThreadedServer(self.make_app)
 
     async def make_app(self) -> web.Application:
@@ -235,27 +303,41 @@ class FakeApiServer:
         return web.json_response({"kind": "ServiceList", "apiVersion": "v1", "metadata": {}, "items": items})
 
     async def service_proxy(self, request):
-        assert request.match_info["target"] == "envoy-inference-my-gateway-1a2b:80"
+        self.proxy_targets.append(request.match_info["target"])
+        assert request.match_info["target"] in ("envoy-inference-my-gateway-1a2b:80",
+                                                "https:envoy-inference-my-gateway-1a2b:80")
         async with aiohttp.ClientSession() as session:
             async with session.post(f"{self.gateway.url}/{request.match_info['path']}", data=await request.read(),
                                     headers={"Content-Type": "application/json"}) as upstream:
                 return web.Response(status=upstream.status, body=await upstream.read())
 
 
-def test_kubernetes_discovery_and_proxies(pods, gateway_factory, tmp_path, capsys):
+def write_kubeconfig(path: Path, server: str, token: str = FakeApiServer.TOKEN) -> Path:
+    path.write_text(json.dumps({
+        "apiVersion": "v1", "kind": "Config", "current-context": "fake",
+        "clusters": [{"name": "fake", "cluster": {"server": server}}],
+        "users": [{"name": "me", "user": {"token": token}}],
+        "contexts": [{"name": "fake", "context": {"cluster": "fake", "user": "me"}}],
+    }))
+    return path
+
+
+KUBE_PODS = ["verify", "--model-id", "m", "--namespace", "inference", "--label", "vllm-qwen-small", "--expect",
+             "concentrate"]
+KUBE_ARGS = [*KUBE_PODS, "--gateway-name", "my-gateway"]
+LISTING_PODS = "listing pods in namespace inference (label app=vllm-qwen-small)"
+LISTING_SERVICES = f"listing services in namespace {GATEWAY_NAMESPACE} (label {GATEWAY_LABEL}=my-gateway)"
+
+
+@pytest.mark.parametrize("scheme", [None, "https"])
+def test_kubernetes_discovery_and_proxies(pods, gateway_factory, tmp_path, capsys, scheme):
     gateway = gateway_factory(pods, lambda n: "pod-b")
     api = FakeApiServer(pods, gateway, "inference", "vllm-qwen-small")
     api.server.start()
-    kubeconfig = tmp_path / "kubeconfig"
-    kubeconfig.write_text(json.dumps({
-        "apiVersion": "v1", "kind": "Config", "current-context": "fake",
-        "clusters": [{"name": "fake", "cluster": {"server": api.server.url}}],
-        "users": [{"name": "me", "user": {"token": FakeApiServer.TOKEN}}],
-        "contexts": [{"name": "fake", "context": {"cluster": "fake", "user": "me"}}],
-    }))
+    kubeconfig = write_kubeconfig(tmp_path / "kubeconfig", api.server.url)
     try:
-        code = cli.main(["verify", "--model-id", "m", "--namespace", "inference", "--label", "vllm-qwen-small",
-                         "--gateway-name", "my-gateway", "--kubeconfig", str(kubeconfig), "--expect", "concentrate"])
+        code = cli.main([*KUBE_ARGS, "--kubeconfig", str(kubeconfig),
+                         *(["--gateway-scheme", scheme] if scheme else [])])
     finally:
         api.server.stop()
     out = capsys.readouterr().out
@@ -263,3 +345,77 @@ def test_kubernetes_discovery_and_proxies(pods, gateway_factory, tmp_path, capsy
     assert "PASS: concentrate: all requests on one pod (pod-b 12)" in out
     assert "starting-pod" not in out  # not ready: not read
     assert "app=vllm-qwen-small" in api.selectors and f"{GATEWAY_LABEL}=my-gateway" in api.selectors
+    expected = "envoy-inference-my-gateway-1a2b:80" if scheme is None else "https:envoy-inference-my-gateway-1a2b:80"
+    assert api.proxy_targets == [expected] * 12
+
+
+# With --gateway-url only the pods are listed; with --gateway-name the gateway's Service is found first.
+@pytest.mark.parametrize("gateway, listing", [(["--gateway-url", "http://127.0.0.1:1"], LISTING_PODS),
+                                              (["--gateway-name", "my-gateway"], LISTING_SERVICES)])
+def test_unreachable_api_server_is_an_error_with_the_fix(tmp_path, capsys, gateway, listing):
+    with socket.socket() as probe:  # a port nothing listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    kubeconfig = write_kubeconfig(tmp_path / "kubeconfig", f"http://127.0.0.1:{port}")
+    assert cli.main([*KUBE_PODS, *gateway, "--kubeconfig", str(kubeconfig)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"verify: {listing} through the API server http://127.0.0.1:{port} failed: ")
+    assert "Is the cluster up and reachable from here" in err and "--pod-url and --gateway-url" in err
+    assert "Traceback" not in err
+
+
+@pytest.mark.parametrize("gateway, listing", [(["--gateway-url", "http://127.0.0.1:1"], LISTING_PODS),
+                                              (["--gateway-name", "my-gateway"], LISTING_SERVICES)])
+def test_api_server_refusing_the_credentials_is_an_error_with_the_fix(pods, gateway_factory, tmp_path, capsys,
+                                                                      gateway, listing):
+    api = FakeApiServer(pods, gateway_factory(pods, lambda n: "pod-a"), "inference", "vllm-qwen-small")
+    api.server.start()
+    kubeconfig = write_kubeconfig(tmp_path / "kubeconfig", api.server.url, token="wrong")
+    try:
+        code = cli.main([*KUBE_PODS, *gateway, "--kubeconfig", str(kubeconfig)])
+    finally:
+        api.server.stop()
+    err = capsys.readouterr().err
+    assert code == 2
+    assert err.startswith(f"verify: {listing} through the API server {api.server.url}: the API server answered "
+                          "HTTP 401")
+    assert "credentials are refused or lack permission" in err and "Traceback" not in err
+
+
+def test_api_server_failing_while_listing_services_is_an_error_too(pods, gateway_factory, tmp_path, capsys):
+    gateway = gateway_factory(pods, lambda n: "pod-a")
+    api = FakeApiServer(pods, gateway, "inference", "vllm-qwen-small")
+
+    async def broken(request):
+        return web.json_response({"kind": "Status", "code": 500, "message": "etcd unavailable"}, status=500)
+
+    api.list_services = broken
+    api.server.start()
+    kubeconfig = write_kubeconfig(tmp_path / "kubeconfig", api.server.url)
+    try:
+        code = cli.main([*KUBE_ARGS, "--kubeconfig", str(kubeconfig)])
+    finally:
+        api.server.stop()
+    err = capsys.readouterr().err
+    assert code == 2
+    assert err.startswith(f"verify: {LISTING_SERVICES}")
+    assert "answered HTTP 500" in err and "Traceback" not in err
+
+
+def test_measure_settles_before_each_request_and_reports_the_ones_it_could_not(pods, gateway_factory):
+    gateway = gateway_factory(pods, lambda n: "pod-a" if n % 2 else "pod-b")
+    calls: list[tuple[float, int]] = []
+
+    def settle(after: float) -> bool:
+        calls.append((after, sum(len(p.bodies) for p in pods.values())))
+        return len(calls) not in (2, 5)  # gives up before the 2nd and 5th request
+
+    out = io.StringIO()
+    measurement = measure(UrlPods({n: p.url for n, p in pods.items()}), UrlGateway(gateway.url, {}),
+                          seed_unique("m"), out, settle=settle)
+    # Called once before each request, after the previous one was answered, with that moment.
+    assert [answered for _, answered in calls] == list(range(12))
+    assert all(earlier < later for (earlier, _), (later, _) in zip(calls, calls[1:]))
+    assert measurement.unsettled == (1, 4)
+    assert measurement.statuses == (200,) * 12 and measurement.report.requests == 12
+    assert "note: requests 2, 5 were sent before the gateway's view of every pod had settled" in out.getvalue()

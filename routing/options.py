@@ -1,0 +1,146 @@
+"""Command-line pieces shared by `predict`, `verify` and `serve`: one parser per kind of value,
+and one way to resolve `--stack/--model/--stacks-dir` to a model entry.
+
+argparse `type=` functions raise ArgumentTypeError (argparse then exits with status 2 and
+the message); `load_stack_model` raises StackOptionError, which each command prints with its
+own prefix before exiting with status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import urllib.parse
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+from settings import ModelSettings, Settings, SettingsError, load_stack
+
+URL_SCHEMES = ("http", "https")
+
+
+def http_url(option: str, example: str = "http://127.0.0.1:8080") -> Callable[[str], str]:
+    """An argparse type: an http:// or https:// URL with a host, else the option, the value and the fix."""
+
+    def parse(text: str) -> str:
+        problem = url_problem(text)
+        if problem:
+            raise argparse.ArgumentTypeError(f"{option} {text!r}: {problem}, e.g. {option} {example}")
+        return text
+
+    return parse
+
+
+def url_problem(text: str) -> str | None:
+    """Why `text` is not a usable http(s) base URL, or None."""
+    try:
+        parts = urllib.parse.urlsplit(text)
+        parts.port  # noqa: B018 - raises ValueError for a port that is not a number in 0..65535
+    except ValueError as error:
+        return f"not a valid URL ({error})"
+    if parts.scheme.lower() not in URL_SCHEMES:
+        scheme = f"scheme {parts.scheme!r}" if parts.scheme else "no scheme"
+        return f"{scheme}; the gateway and vLLM speak http:// or https://"
+    if not parts.hostname:
+        return "no host in the URL"
+    return None
+
+
+def named_url(option: str) -> Callable[[str], tuple[str, str]]:
+    """An argparse type for NAME=URL (e.g. --pod-url, --backend)."""
+    example = f"{option} pod-a=http://127.0.0.1:18001"
+
+    def parse(text: str) -> tuple[str, str]:
+        name, sep, url = text.partition("=")
+        if not sep or not name:
+            raise argparse.ArgumentTypeError(f"{option} {text!r}: expected NAME=URL, e.g. {example}")
+        problem = url_problem(url)
+        if problem:
+            raise argparse.ArgumentTypeError(f"{option} {text!r}: expected NAME=URL with an http:// or https:// "
+                                             f"URL ({problem}), e.g. {example}")
+        return name, url
+
+    return parse
+
+
+def port_number(option: str) -> Callable[[str], int]:
+    """An argparse type: a TCP port, 1..65535."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            value = None
+        if value is None or not 1 <= value <= 65535:
+            raise argparse.ArgumentTypeError(f"{option} {text!r}: a port is a whole number from 1 to 65535, "
+                                             f"e.g. {option} 8000")
+        return value
+
+    return parse
+
+
+class StackOptionError(ValueError):
+    """--stack/--model/--stacks-dir that do not name a usable model entry, with the fix."""
+
+
+def add_model_options(parser: argparse.ArgumentParser) -> None:
+    """--model and --stacks-dir, the same for every command (each adds --stack itself, since
+    where --stack sits among the command's other choices differs)."""
+    parser.add_argument("--model", help="with --stack: the model entry by name, e.g. qwen-small "
+                                        "(default: the stack's only model)")
+    parser.add_argument("--stacks-dir", type=Path, metavar="DIR",
+                        help="with --stack: where the stack files are (default: the repo's stacks/)")
+
+
+@dataclass(frozen=True)
+class StackModel:
+    """One model entry of one stack, and the stack's settings."""
+
+    stack: str
+    settings: Settings
+    model: ModelSettings
+
+    @property
+    def where(self) -> str:
+        return f"model {self.model.name!r} in stack {self.stack!r}"
+
+    def weights(self, instead: str) -> dict[str, int]:
+        """The weights the stack gives this model, or StackOptionError when a custom picker
+        ConfigMap configures it instead (`instead` says what to pass then)."""
+        if self.model.effective_weights is None:
+            config_map = self.model.picker_config_map
+            raise StackOptionError(f"{self.where} uses a custom picker ConfigMap ({config_map.name}, key "
+                                   f"{config_map.key}); only the weights field is modelled. {instead}")
+        return dict(self.model.effective_weights)
+
+
+def load_stack_model(stack: str | None, model: str | None, stacks_dir: Path | None) -> StackModel | None:
+    """The model entry `--stack` and `--model` name; None when neither --stack nor anything
+    that needs it was given.
+
+    Rules, the same for predict, verify and serve: --model and --stacks-dir need --stack;
+    --stack is a stack's short name (stacks/Pulumi.<stack>.yaml); --model may be left out
+    when the stack has exactly one model.
+    """
+    if stack is None:
+        for option, value in (("--model", model), ("--stacks-dir", stacks_dir)):
+            if value is not None:
+                raise StackOptionError(f"{option} {value}: needs --stack, e.g. --stack dev --model qwen-small")
+        return None
+    if not stack or "/" in stack or "\\" in stack or stack in (".", ".."):
+        raise StackOptionError(f"--stack {stack!r}: give the stack's short name, the <stack> of "
+                               "stacks/Pulumi.<stack>.yaml (e.g. --stack dev), not a path or an org/project/stack "
+                               "name; point --stacks-dir at another directory of stack files")
+    try:
+        settings = load_stack(stack, stacks_dir)
+        if model is None:
+            if len(settings.models) != 1:
+                names = ", ".join(m.name for m in settings.models)
+                raise StackOptionError(f"--model: stack {stack!r} has {len(settings.models)} models ({names}); "
+                                       f"name one, e.g. --model {settings.models[0].name}")
+            entry = settings.models[0]
+        else:
+            entry = settings.model_named(model)
+    except SettingsError as error:
+        raise StackOptionError(str(error)) from None
+    return StackModel(stack, settings, entry)
