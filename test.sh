@@ -18,8 +18,10 @@ if [[ ! -x .venv/bin/python ]]; then
   "$python" -m venv .venv
 fi
 echo "== installing the program's, the routing toolkit's and the test tools' requirements"
+# This machine's pip config names package folders that may be absent; its warnings are noise.
 .venv/bin/pip install --quiet --disable-pip-version-check \
-  -r requirements.txt -r requirements-routing.txt -r requirements-dev.txt
+  -r requirements.txt -r requirements-routing.txt -r requirements-dev.txt 2>&1 \
+  | { grep -v "^WARNING: Location" || true; }
 
 if $unit_only; then
   exec .venv/bin/python -m pytest -m "not e2e" "$@"

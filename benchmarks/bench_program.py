@@ -22,7 +22,8 @@ def config_with(models: int) -> dict:
     entries = [{"name": f"model-{i}", "model": f"org/model-{i}", "replicas": 2} for i in range(models)]
     return {"models": json.dumps(entries), "gateway.jwt.issuer": "https://idp.example.com",
             "gateway.jwt.jwksUri": "https://idp.example.com/jwks", "gateway.jwt.audiences": '["api"]',
-            "gpuNodes.max": str(2 * models)}
+            # One GPU node per replica and a spare, so the program has nothing to warn about.
+            "gpuNodes.desired": str(2 * models + 1), "gpuNodes.max": str(2 * models + 1)}
 
 
 def main() -> None:
