@@ -18,12 +18,12 @@ from .model import (
     PickerConfigMap,
     Settings,
 )
-from .parse import parse_settings, parse_weight_overrides
+from .parse import lru_conflict, parse_settings, parse_weight_overrides
 from .stackfile import load_stack, read_stack_config, stack_file
 
 __all__ = [
     "NAMESPACE", "Problem", "SettingsError", "DEFAULT_WEIGHTS", "GATEWAY_OWNER_LABEL", "GATEWAY_SYSTEM_NAMESPACE", "VLLM_PORT", "WEIGHT_NAMES", "ClusterSettings",
     "GatewaySettings", "GpuNodeSettings", "JwtSettings", "ModelSettings", "NodeGroupSize", "PickerConfigMap",
-    "Settings", "DEFAULT_VLLM_IMAGE", "parse_settings", "parse_weight_overrides", "load_stack", "read_stack_config",
+    "Settings", "DEFAULT_VLLM_IMAGE", "lru_conflict", "parse_settings", "parse_weight_overrides", "load_stack", "read_stack_config",
     "stack_file",
 ]

@@ -6,7 +6,6 @@ from dataclasses import dataclass, field, fields
 from types import MappingProxyType
 from typing import Mapping
 
-from .errors import Problem, SettingsError
 
 # The scorer weights the InferenceGatewayConfig CRD accepts (spec.schedulers[].weights).
 WEIGHT_NAMES = ("queue", "kvCache", "prefix", "runningRequests", "loraAffinity", "predictedLatency", "lru")
@@ -27,6 +26,10 @@ VLLM_PORT = 8000
 # hides the deprecated gpu_* metrics, so the picker and `routing verify` read one set of names.
 DEFAULT_VLLM_IMAGE = "vllm/vllm-openai:v0.11.0"
 DEFAULT_NAMESPACE = "inference"
+
+
+def is_bottlerocket(ami_type: str) -> bool:
+    return ami_type.startswith("BOTTLEROCKET")
 
 
 def default_of(cls: type, name: str):
@@ -146,9 +149,13 @@ class GpuNodeSettings:
     time_slicing: int = 1
 
     @property
+    def bottlerocket(self) -> bool:
+        return is_bottlerocket(self.ami_type)
+
+    @property
     def needs_device_plugin(self) -> bool:
         # Bottlerocket's NVIDIA variants ship the device plugin; AL2023's NVIDIA AMI does not.
-        return self.ami_type.startswith("AL2023")
+        return not self.bottlerocket
 
 
 @dataclass(frozen=True)
@@ -163,12 +170,12 @@ class Settings:
     warnings: tuple[str, ...] = ()
 
     def model_named(self, name: str) -> ModelSettings:
+        """The model entry called `name`; LookupError (listing the names there are) if none is."""
         for model in self.models:
             if model.name == name:
                 return model
         names = ", ".join(m.name for m in self.models)
-        raise SettingsError([Problem("--model", name, f"stack {self.stack!r} has no model named {name!r}; its models "
-                                                      f"are: {names}.", config_key=False)], where="choosing the model")
+        raise LookupError(f"stack {self.stack!r} has no model named {name!r}; its models are: {names}")
 
     @property
     def effective_weights(self) -> Mapping[str, Mapping[str, int] | None]:

@@ -28,6 +28,7 @@ from .model import (
     SystemNodeSettings,
     default_of,
     frozen_mapping,
+    is_bottlerocket,
 )
 from .reader import MISSING, Coerce, ConfigNode, Problems, decode_json, did_you_mean
 
@@ -111,7 +112,9 @@ def parse_weight_overrides(text: str, *, key: str = "--weights") -> dict[str, in
     problems = Problems(config_keys=False)
     coerce = Coerce(problems)
     weights: dict[str, int] = {}
-    for part in (p.strip() for p in text.split(",")):
+    if not text.strip():
+        problems.add(key, text, "names no weight; write name=value pairs, e.g. --weights prefix=0,queue=3.")
+    for part in (p.strip() for p in text.split(",") if text.strip()):
         name, sep, value = part.partition("=")
         name = name.strip()
         if not sep or not name:
@@ -127,6 +130,11 @@ def parse_weight_overrides(text: str, *, key: str = "--weights") -> dict[str, in
     if problems.items:
         raise SettingsError(problems.items, where=f"in {key}")
     return weights
+
+
+def lru_conflict(scheduler: str, weights: Mapping[str, int]) -> bool:
+    """CRD admission rule 4: the lru weight (no-hit LRU scorer) exists only in the llm-d picker."""
+    return scheduler == "epp" and "lru" in weights
 
 
 def _structured_top(raw: Mapping[str, Any]) -> dict[str, Any]:
@@ -272,7 +280,7 @@ class _Parser:
                               f"cannot be combined with {where}: the ConfigMap is a full picker configuration "
                               "(CRD rule: weights and configMapRef are mutually exclusive). Put the weights in the "
                               "ConfigMap, or remove pickerConfigMap.")
-        if scheduler == "epp" and "lru" in weights:
+        if lru_conflict(scheduler, weights):
             where = f"{key}.weights.lru" if "lru" in own_weights else "weights.lru (gateway-wide)"
             self.problems.add(f"{key}.scheduler", scheduler,
                               f"cannot use the lru weight set by {where}: the no-hit LRU scorer exists only in "
@@ -404,12 +412,10 @@ class _Parser:
             if name is MISSING and "name" not in node.names():
                 self.problems.add("cluster.name", NOT_SET, "is required with cluster.existing: the name of the EKS "
                                                            "cluster to attach to (`pulumi config set cluster.name my-cluster`).")
-            for only_new in ("version", "vpcId", "privateSubnetIds", "publicSubnetIds", "endpointPublicAccess",
-                             "endpointPrivateAccess", "publicAccessCidrs", "systemNodes"):
-                if only_new in node.names():
-                    self.problems.add(f"cluster.{only_new}", node.structured.get(only_new, node.flat.get(only_new)),
-                                      "applies only to a cluster this stack creates; with cluster.existing the "
-                                      f"cluster is used as it is. Remove it (`pulumi config rm --path cluster.{only_new}`).")
+            for only_new in sorted(node.names() & (set(CLUSTER_KEYS) - {"name", "existing"})):
+                self.problems.add(f"cluster.{only_new}", node.structured.get(only_new, node.flat.get(only_new)),
+                                  "applies only to a cluster this stack creates; with cluster.existing the "
+                                  f"cluster is used as it is. Remove it (`pulumi config rm --path cluster.{only_new}`).")
             return ClusterSettings(name=name if isinstance(name, str) else "", existing=True)
         version = node.leaf("version", c.string(_eks_version_message), default_of(ClusterSettings, "version"))
         vpc_id = node.leaf("vpcId", c.string(_pattern_message(VPC_ID, "a VPC id such as vpc-0123456789abcdef0")), None)
@@ -467,7 +473,7 @@ class _Parser:
         ami = node.leaf("amiType", c.choice(GPU_AMI_TYPES), default_of(GpuNodeSettings, "ami_type"))
         time_slicing = node.leaf("timeSlicing", c.integer(minimum=1, maximum=48, hint=" 1 turns time-slicing off."),
                                    default_of(GpuNodeSettings, "time_slicing"))
-        if isinstance(ami, str) and ami.startswith("BOTTLEROCKET") and isinstance(time_slicing, int) and time_slicing > 1:
+        if isinstance(ami, str) and is_bottlerocket(ami) and isinstance(time_slicing, int) and time_slicing > 1:
             self.problems.add("gpuNodes.timeSlicing", time_slicing,
                               "is configured through the NVIDIA device plugin this stack installs on AL2023 nodes; "
                               "Bottlerocket ships its own plugin. Use an AL2023 amiType or timeSlicing 1.")
@@ -569,18 +575,6 @@ def _managed_flag_message(value: str) -> str | None:
     return None
 
 
-def _quantity_message(value: str) -> str | None:
-    if not KUBERNETES_QUANTITY.match(value):
-        return "must be a Kubernetes quantity such as 2, 500m, 8Gi or 16G."
-    return None
-
-
-def _duration_message(value: str) -> str | None:
-    if not GATEWAY_DURATION.match(value):
-        return "must be a Gateway API duration such as 300s, 5m or 1h30m; 0s turns the timeout off."
-    return None
-
-
 def _https_message(value: str) -> str | None:
     if not value.startswith("https://") or len(value) <= len("https://"):
         return "must be an https:// URL."
@@ -596,12 +590,6 @@ def _tls_message(value: str) -> str | None:
         return None
     return ("must be off, auto (a certificate issued by cert-manager and imported to ACM) or an ACM certificate "
             "ARN such as arn:aws:acm:us-west-2:123456789012:certificate/<id>.")
-
-
-def _addon_version_message(value: str) -> str | None:
-    if not ADDON_VERSION.match(value):
-        return "must be an EKS add-on version such as v2.0.0-eksbuild.2 (the first with the inference gateway)."
-    return None
 
 
 def _eks_version_message(value: str) -> str | None:
@@ -625,15 +613,19 @@ def _cidr_message(value: str) -> str | None:
     return None
 
 
-def _instance_type_message(value: str) -> str | None:
-    return None if INSTANCE_TYPE.match(value) else "must be an EC2 instance type such as g5.xlarge."
-
-
 def _pattern_message(pattern: re.Pattern, what: str):
     def check(value: str) -> str | None:
         return None if pattern.match(value) else f"must be {what}."
 
     return check
+
+
+_quantity_message = _pattern_message(KUBERNETES_QUANTITY, "a Kubernetes quantity such as 2, 500m, 8Gi or 16G")
+_duration_message = _pattern_message(
+    GATEWAY_DURATION, "a Gateway API duration such as 300s, 5m or 1h30m; 0s turns the timeout off")
+_addon_version_message = _pattern_message(
+    ADDON_VERSION, "an EKS add-on version such as v2.0.0-eksbuild.2 (the first with the inference gateway)")
+_instance_type_message = _pattern_message(INSTANCE_TYPE, "an EC2 instance type such as g5.xlarge")
 
 
 

@@ -1,6 +1,8 @@
 """Every config key the stack reads: defaults, both ways of setting weights, and every error rule."""
 
 import json
+import math
+import re
 
 import pytest
 from hypothesis import given, settings as hypothesis_settings, strategies as st
@@ -354,20 +356,30 @@ weight_names = st.one_of(st.sampled_from(WEIGHT_NAMES), st.text(min_size=1, max_
 
 
 def expected_weight(value):
-    """What a user means by a raw weight value, or None when it is not a valid weight."""
+    """What a user means by a raw weight value, or None when it is not a valid weight: a whole
+    number from 0 to 2**31-1, as a JSON number or as ASCII digits with an optional sign."""
     if isinstance(value, bool) or value is None:
         return None
     if isinstance(value, float):
-        return int(value) if value == value and value not in (float("inf"), float("-inf")) and value.is_integer() \
-            and value >= 0 else None
-    if isinstance(value, int):
-        return value if value >= 0 else None
-    if isinstance(value, str) and value.strip().lstrip("+").isascii() and value.strip().lstrip("+").isdigit():
-        return int(value.strip())
-    return None
+        number = int(value) if math.isfinite(value) and value.is_integer() else None
+    elif isinstance(value, int):
+        number = value
+    elif isinstance(value, str) and re.fullmatch(r"[+-]?[0-9]+", value.strip()):
+        number = int(value.strip())
+    else:
+        number = None
+    return number if number is not None and 0 <= number <= 2**31 - 1 else None
 
 
-@hypothesis_settings(max_examples=300, deadline=None)
+def should_reject(structured, flat) -> bool:
+    if (set(structured) | set(flat)) - set(WEIGHT_NAMES):
+        return True
+    if any(expected_weight(v) is None for v in [*structured.values(), *flat.values()]):
+        return True
+    return any(expected_weight(structured[n]) != expected_weight(flat[n]) for n in set(structured) & set(flat))
+
+
+@hypothesis_settings(max_examples=400, deadline=None)
 @given(structured=st.dictionaries(weight_names, weight_values, max_size=5),
        flat=st.dictionaries(weight_names, st.one_of(st.text(max_size=4), st.integers(-3, 9).map(str)), max_size=5))
 def test_any_weight_map_is_accepted_as_meant_or_rejected_with_a_clear_error(structured, flat):
@@ -376,12 +388,13 @@ def test_any_weight_map_is_accepted_as_meant_or_rejected_with_a_clear_error(stru
     try:
         model = parse_settings(raw, stack="test").models[0]
     except SettingsError as error:
+        assert should_reject(structured, flat), f"a valid weight map was refused: {error}"
         assert error.problems, "a rejection must carry at least one problem"
         for problem in error.problems:
             assert problem.key.startswith("weights") and str(problem).startswith("inference-gateway:weights")
         return
-    # Accepted: every key was a weight name, and each weight is exactly what was set (flat over --path).
-    assert set(structured) | set(flat) <= set(WEIGHT_NAMES)
+    assert not should_reject(structured, flat), "an invalid weight map was accepted"
+    # Accepted: each weight is exactly what was set (the flat key over the --path object).
     meant = {name: expected_weight(value) for name, value in structured.items()}
     meant.update({name: expected_weight(value) for name, value in flat.items()})
     assert dict(model.weights) == meant

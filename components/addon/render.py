@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+from components.cluster.render import managed_policy_arn
 from settings import GATEWAY_SYSTEM_NAMESPACE as CONTROLLER_NAMESPACE
 
 ADDON_NAME = "amazon-sagemaker-hyperpod-inference"
@@ -12,7 +13,7 @@ GATEWAY_POLICY = "AmazonSageMakerHyperPodInferenceGatewayAccess"
 
 
 def gateway_policy_arn(partition: str) -> str:
-    return f"arn:{partition}:iam::aws:policy/{GATEWAY_POLICY}"
+    return managed_policy_arn(partition, GATEWAY_POLICY)
 
 
 def controller_trust_policy(oidc_provider_arn: str, oidc_issuer_url: str) -> str:

@@ -10,6 +10,7 @@ import pulumi_aws as aws
 import pulumi_eks as eks
 import pulumi_kubernetes as k8s
 
+from components.gpu_nodes.render import NODE_POOL_LABEL
 from settings import ClusterSettings
 
 from . import render
@@ -80,7 +81,7 @@ class Cluster(pulumi.ComponentResource):
         # delete the policies must outlive the nodes.
         self.node_policies = [
             aws.iam.RolePolicyAttachment(f"{name}-node-{policy}", role=self.node_role.name,
-                                         policy_arn=partition.apply(lambda p, policy=policy: f"arn:{p}:iam::aws:policy/{policy}"),
+                                         policy_arn=partition.apply(lambda p, policy=policy: render.managed_policy_arn(p, policy)),
                                          opts=child)
             for policy in NODE_POLICIES]
         self.eks = eks.Cluster(
@@ -109,7 +110,7 @@ class Cluster(pulumi.ComponentResource):
             scaling_config=aws.eks.NodeGroupScalingConfigArgs(
                 desired_size=settings.system_nodes.size.desired, min_size=settings.system_nodes.size.min,
                 max_size=settings.system_nodes.size.max),
-            labels={"inference-gateway/node-pool": "system"},
+            labels={NODE_POOL_LABEL: "system"},
             opts=pulumi.ResourceOptions(parent=self, depends_on=self.node_policies),
         )
         self.name = pulumi.Output.from_input(settings.name)

@@ -10,6 +10,11 @@ VPC_CIDR = "10.0.0.0/16"
 ZONE_COUNT = 2
 
 
+def managed_policy_arn(partition: str, policy: str) -> str:
+    """An AWS managed IAM policy's ARN in the given partition (aws, aws-cn, aws-us-gov)."""
+    return f"arn:{partition}:iam::aws:policy/{policy}"
+
+
 def subnet_cidrs(vpc_cidr: str = VPC_CIDR, zones: int = ZONE_COUNT) -> dict[str, list[str]]:
     """/19 private subnets (pods take VPC addresses with the VPC CNI) and /24 public ones, per zone."""
     network = ipaddress.ip_network(vpc_cidr)

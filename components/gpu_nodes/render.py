@@ -30,6 +30,11 @@ def node_selector() -> dict[str, str]:
     return {NODE_POOL_LABEL: "gpu"}
 
 
+def toleration() -> dict[str, str]:
+    """What lets a pod onto the GPU nodes despite their taint."""
+    return {"key": GPU_TAINT_KEY, "operator": "Exists", "effect": "NoSchedule"}
+
+
 def taints() -> list[dict[str, str]]:
     # Keeps CPU-only pods off expensive GPU nodes; model pods and the device plugin tolerate it.
     return [{"key": GPU_TAINT_KEY, "value": "true", "effect": "NO_SCHEDULE"}]
@@ -38,7 +43,7 @@ def taints() -> list[dict[str, str]]:
 def launch_template(gpu_nodes: GpuNodeSettings) -> dict[str, Any]:
     """Launch template inputs: IMDSv2 only, and a root disk large enough for vLLM images and weights."""
     # Bottlerocket keeps images and containers on its second (data) volume.
-    device = "/dev/xvdb" if gpu_nodes.ami_type.startswith("BOTTLEROCKET") else "/dev/xvda"
+    device = "/dev/xvdb" if gpu_nodes.bottlerocket else "/dev/xvda"
     return {
         "metadata_options": {
             "http_endpoint": "enabled",
@@ -58,7 +63,7 @@ def launch_template(gpu_nodes: GpuNodeSettings) -> dict[str, Any]:
 def device_plugin_values(gpu_nodes: GpuNodeSettings) -> dict[str, Any]:
     values: dict[str, Any] = {
         "nodeSelector": {GPU_PRESENT_LABEL: "true"},
-        "tolerations": [{"key": GPU_TAINT_KEY, "operator": "Exists", "effect": "NoSchedule"}],
+        "tolerations": [toleration()],
     }
     if gpu_nodes.time_slicing > 1:
         sharing = {"version": "v1", "sharing": {"timeSlicing": {"resources": [

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from components.gpu_nodes.render import toleration as gpu_toleration
 from settings import ModelSettings
 
 # The Secret holding the Hugging Face token, shared by every model of the namespace.
@@ -68,7 +69,7 @@ def deployment(model: ModelSettings, namespace: str, *, hf_token: bool,
             {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "4Gi"}},
             {"name": "hf-cache", "emptyDir": {}},
         ],
-        "tolerations": [{"key": GPU_RESOURCE, "operator": "Exists", "effect": "NoSchedule"}],
+        "tolerations": [gpu_toleration()],
         # One replica per node where possible, so a node loss takes one replica, not all.
         "topologySpreadConstraints": [{
             "maxSkew": 1, "topologyKey": "kubernetes.io/hostname", "whenUnsatisfiable": "ScheduleAnyway",
