@@ -27,15 +27,13 @@ import aiohttp
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from routing.metrics import DeltaReport, diff_reads  # noqa: E402
-from routing.serve import start_gateway  # noqa: E402
+from routing.serve import ROUTED_HEADER, start_gateway  # noqa: E402
 from routing.tables import percent  # noqa: E402
 from routing.verify import UrlPods  # noqa: E402
-from routing.vllm_server import (REPO_ROOT, VllmStartError, VllmUnavailable, build_model,  # noqa: E402
-                                 read_cache_config, reset_prefix_cache, resolve_vllm_python, start_servers,
-                                 stop_servers)
+from routing.vllm_server import (DEFAULT_START_TIMEOUT, REPO_ROOT, SERVED_MODEL, StepError,  # noqa: E402
+                                 VllmPair, VllmUnavailable, resolve_vllm_python, vllm_pair)
 from routing.workloads import seed_shared_prompts  # noqa: E402
 
-SERVED_MODEL = "tiny"
 REQUEST_TIMEOUT = 60.0
 
 
@@ -76,7 +74,7 @@ async def stream_one(session: aiohttp.ClientSession, url: str, prompt: str) -> S
     try:
         async with session.post(url + "/v1/completions", json=body,
                                 timeout=aiohttp.ClientTimeout(total=REQUEST_TIMEOUT)) as response:
-            routed_to = response.headers.get("x-routed-to", "?")
+            routed_to = response.headers.get(ROUTED_HEADER, "?")
             if response.status != 200:
                 await response.read()
                 return Sample(time.monotonic() - started, routed_to, False)
@@ -98,12 +96,11 @@ async def run_workload(url: str, prompts: list[str], concurrency: int) -> list[S
         return await asyncio.gather(*(bounded(p) for p in prompts))
 
 
-def measure_config(label: str, backends: dict[str, str], prompts: list[str], concurrency: int, *,
+def measure_config(label: str, pair: VllmPair, prompts: list[str], concurrency: int, *,
                    round_robin: bool, seed: int) -> Result:
-    for url in backends.values():
-        reset_prefix_cache(url)
-    pods = UrlPods(backends)
-    with start_gateway(backends, round_robin=round_robin, seed=seed) as gateway:
+    pair.reset_prefix_caches()
+    pods = UrlPods(pair.backends)
+    with start_gateway(pair.backends, round_robin=round_robin, seed=seed) as gateway:
         before = pods.read()
         started = time.monotonic()
         samples = asyncio.run(run_workload(gateway.url, prompts, concurrency))
@@ -149,6 +146,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--hidden-size", type=int, default=128,
                         help="tiny model width; larger makes prefill, and so cache hits, weigh more (default 128)")
     parser.add_argument("--seed", type=int, default=5, help="seed for the workload order and the picker's tie-breaks")
+    parser.add_argument("--start-timeout", type=float, default=DEFAULT_START_TIMEOUT,
+                        help=f"seconds to wait for the vLLM servers (default {DEFAULT_START_TIMEOUT:g})")
     parser.add_argument("--json", action="store_true", help="also print the figures as JSON")
     args = parser.parse_args(argv)
     for option in ("requests", "tenants", "concurrency"):
@@ -162,28 +161,26 @@ def main(argv: list[str] | None = None) -> int:
         print(f"bench: {error}", file=sys.stderr)
         return 2
 
-    model_dir = args.work_dir / f"tiny-model-h{args.hidden_size}"
-    servers = []
+    prompts = tenant_workload(args.requests, args.tenants, args.seed)
     try:
-        build_model(model_dir, python, hidden_size=args.hidden_size)
-        servers = start_servers(2, model_dir, SERVED_MODEL, python, args.work_dir / "logs")
-        backends = {s.name: s.url for s in servers}
-        block_size, blocks = read_cache_config(servers[0].url)
-        prompts = tenant_workload(args.requests, args.tenants, args.seed)
-        print(f"workload: {len(prompts)} streaming requests, {args.tenants} tenants with a ~6,700-character shared "
-              f"prefix each, {args.concurrency} in flight; model hidden size {args.hidden_size}; vLLM block size "
-              f"{block_size}", flush=True)
-        warm_up(backends)
-        results = []
-        for label, round_robin in (("default weights", False), ("round-robin", True)):
-            print(f"running {label} ...", flush=True)
-            results.append(measure_config(label, backends, prompts, args.concurrency, round_robin=round_robin,
-                                          seed=args.seed))
-    except (VllmStartError, OSError) as error:
+        with vllm_pair(args.work_dir / f"tiny-model-h{args.hidden_size}", args.work_dir / "logs", python,
+                       timeout=args.start_timeout, hidden_size=args.hidden_size) as pair:
+            print(f"workload: {len(prompts)} streaming requests, {args.tenants} tenants with a ~6,700-character "
+                  f"shared prefix each, {args.concurrency} in flight; model hidden size {args.hidden_size}; vLLM "
+                  f"block size {pair.block_size}", flush=True)
+            warm_up(pair.backends)
+            results = []
+            for label, round_robin in (("default weights", False), ("round-robin", True)):
+                print(f"running {label} ...", flush=True)
+                results.append(measure_config(label, pair, prompts, args.concurrency, round_robin=round_robin,
+                                              seed=args.seed))
+            backends = pair.backends
+    except StepError as error:
+        print(f"bench: {error}\nbench: fix: {error.fix}", file=sys.stderr)
+        return 1
+    except OSError as error:
         print(f"bench: {error}", file=sys.stderr)
         return 1
-    finally:
-        stop_servers(servers)
     print(format_results(results, backends))
     if args.json:
         print(json.dumps([{"picker": r.label, "ttftP50": r.ttft_percentile(0.5), "ttftP95": r.ttft_percentile(0.95),

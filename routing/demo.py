@@ -21,23 +21,19 @@ import argparse
 import json
 import sys
 import time
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterator, Mapping, TextIO
+from typing import Any, Callable, Mapping, Sequence, TextIO
 
-from settings import DEFAULT_WEIGHTS
-
+from .metrics import DeltaReport
 from .predict import Prediction, run_prediction
-from .serve import picker_label, start_gateway
-from .simulate import SimulationResult
+from .serve import RoutedRequest, start_gateway
 from .tables import format_pod_table, percent
 from .verify import Measurement, UrlGateway, UrlPods, judge, measure
-from .vllm_server import (DEFAULT_START_TIMEOUT, REPO_ROOT, ServerTokenizer, VllmServer, VllmUnavailable, build_model,
-                          read_cache_config, reset_prefix_cache, resolve_vllm_python, start_servers, stop_servers)
-from .workloads import seed_shared, seed_unique
+from .vllm_server import (DEFAULT_START_TIMEOUT, REPO_ROOT, SERVED_MODEL, StepError, VllmPair, VllmUnavailable,
+                          resolve_vllm_python, step, vllm_pair)
+from .workloads import seed_shared, seed_unique, to_requests
 
-SERVED_MODEL = "tiny"
 DEFAULT_WORK_DIR = REPO_ROOT / "build" / "demo"
 DEFAULT_SEED = 7
 # The page's step 5 config: prefix off, queue and kvCache kept.
@@ -72,14 +68,10 @@ class RunResult:
                 "measured": self.measurement.to_json(), "predicted": self.prediction.picker.to_json()}
 
 
-def measured_counts(measurement: Measurement) -> list[tuple[int, int, int]]:
-    """(requests, hits, queries) per pod, in pod-name order."""
-    return [(p.requests, p.hits or 0, p.queries or 0) for p in measurement.report.pods]
-
-
-def predicted_counts(result: SimulationResult) -> list[tuple[int, int, int]]:
-    """(requests, hits, queries) per simulated pod, in order: pod-i stands for the i-th server."""
-    return [(p.requests, p.hits, p.queries) for p in result.pods]
+def counts(report: DeltaReport) -> list[tuple[int, int | None, int | None]]:
+    """(requests, hits, queries) per pod, in the report's pod order: measured pods by name,
+    predicted pod-i standing for the i-th server."""
+    return [(p.requests, p.hits, p.queries) for p in report.pods]
 
 
 def side_by_side(left_title: str, left: str, right_title: str, right: str, gap: int = 6) -> str:
@@ -91,63 +83,51 @@ def side_by_side(left_title: str, left: str, right_title: str, right: str, gap: 
     return "\n".join(f"{a:<{width + gap}}{b}".rstrip() for a, b in zip(left_lines, right_lines))
 
 
-class DemoError(RuntimeError):
-    """One step of the demo failed: what, why, and how to fix it."""
+def measure_through_serve(pair: VllmPair, bodies: Sequence[Mapping[str, Any]], weights: Mapping[str, int] | None,
+                          *, seed: int, out: TextIO) -> tuple[Measurement, list[RoutedRequest]]:
+    """Sends `bodies` through a fresh `serve` (a fresh picker: `weights` over the defaults, `seed`)
+    in front of the pair, serially: the servers' counter deltas, and serve's picks.
 
-    def __init__(self, what: str, error: BaseException, fix: str):
-        super().__init__(f"{what} failed: {error}")
-        self.fix = fix
-
-
-# What a step can fail with: vLLM start-up (VllmStartError), `serve` finding no backend
-# (RuntimeError), verify's reads (VerifyError), HTTP and socket errors (OSError, which
-# urllib's HTTPError and URLError are), and answers that are not what vLLM sends (ValueError).
-STEP_ERRORS = (RuntimeError, OSError, ValueError)
-
-
-@contextmanager
-def step(what: str, fix: str) -> Iterator[None]:
-    try:
-        yield
-    except DemoError:
-        raise
-    except STEP_ERRORS as error:
-        raise DemoError(what, error, fix) from error
-
-
-def run_one(run: Run, backends: Mapping[str, str], *, block_size: int, capacity_blocks: int, seed: int,
-            tokenizer: ServerTokenizer, out: TextIO, logs: Path | str = "the server logs") -> RunResult:
-    bodies = run.workload(SERVED_MODEL)
-    still_up = f"the vLLM servers must still be up: see {logs}, then run the demo again"
-    for name, url in backends.items():
-        with step(f"emptying {name}'s prefix cache (POST {url}/reset_prefix_cache)",
-                  f"{still_up}. The endpoint exists only with VLLM_SERVER_DEV_MODE=1, which the demo sets when it "
-                  "starts the servers itself"):
-            reset_prefix_cache(url)
-    label = picker_label(run.weights, round_robin=False)
-    print(f"\n== {run.title}\n   serve: {label}, seed {seed}; prefix caches emptied", file=out, flush=True)
-    with step(f"starting serve in front of {', '.join(backends)}",
+    Before each request it waits until serve has scraped every server idle after the previous
+    response: its picker then sees what predict's simulated pods report between serial
+    requests, so measured and predicted picks can be compared one to one (`predict_like`).
+    """
+    still_up = f"{pair.still_up}, then run the demo again"
+    with step(f"starting serve in front of {', '.join(pair.backends)}",
               f"every server must answer GET /metrics; {still_up}"):
-        gateway = start_gateway(backends, run.weights, seed=seed)
-    try:
+        gateway = start_gateway(pair.backends, weights, seed=seed)
+    with gateway:
+        print(f"   serve: {gateway.gateway.label}, seed {seed}", file=out, flush=True)
         with step(f"sending the batch through serve ({gateway.url}) and reading the servers' counters", still_up):
-            # Before each request, wait until serve has scraped every server idle after the
-            # previous response: its picker then sees what predict's simulated pods report
-            # between serial requests, so measured and predicted picks can be compared one to one.
-            measurement = measure(UrlPods(backends), UrlGateway(gateway.url, {}), bodies, out,
+            measurement = measure(UrlPods(pair.backends), UrlGateway(gateway.url, {}), bodies, out,
                                   settle=gateway.wait_idle)
-    finally:
-        gateway.stop()
-    with step("predicting the same batch (tokens counted by the server's /tokenize)", still_up):
-        prediction = run_prediction(bodies, weights={**DEFAULT_WEIGHTS, **(run.weights or {})},
-                                    replicas=len(backends), block_size=block_size, capacity_blocks=capacity_blocks,
-                                    tokenizer=tokenizer, seed=seed)
+        return measurement, list(gateway.gateway.history)
+
+
+def predict_like(pair: VllmPair, bodies: Sequence[Mapping[str, Any]], weights: Mapping[str, int] | None, *,
+                 seed: int) -> Prediction:
+    """What `predict` says `measure_through_serve` with the same arguments measures: the same
+    weights and seed, the servers' block size, capacity and tokenizer. Its pod-i stands for the
+    pair's i-th server."""
+    with step("predicting the same batch (tokens counted by the server's /tokenize)",
+              f"{pair.still_up}, then run the demo again"):
+        return run_prediction(to_requests(bodies), weights=weights, replicas=len(pair.servers),
+                              block_size=pair.block_size, capacity_blocks=pair.capacity_blocks,
+                              tokenizer=pair.tokenizer, seed=seed)
+
+
+def run_one(run: Run, pair: VllmPair, *, seed: int, out: TextIO) -> RunResult:
+    bodies = run.workload(SERVED_MODEL)
+    pair.reset_prefix_caches()
+    print(f"\n== {run.title}\n   prefix caches emptied", file=out, flush=True)
+    measurement, _ = measure_through_serve(pair, bodies, run.weights, seed=seed, out=out)
+    prediction = predict_like(pair, bodies, run.weights, seed=seed)
     verdict = judge(measurement, run.expect)
     print(side_by_side("measured (vLLM counters)", format_pod_table(measurement.report),
                        "predicted (routing.predict)", format_pod_table(prediction.picker)), file=out)
-    same = measured_counts(measurement) == predicted_counts(prediction.picker)
-    print(f"   per-pod (requests, hits, queries) in pod order: measured {measured_counts(measurement)}, "
-          f"predicted {predicted_counts(prediction.picker)} -> {'same' if same else 'different'}", file=out)
+    measured, predicted = counts(measurement.report), counts(prediction.picker)
+    print(f"   per-pod (requests, hits, queries) in pod order: measured {measured}, predicted {predicted} -> "
+          f"{'same' if measured == predicted else 'different'}", file=out)
     print(f"   {'PASS' if verdict.passed else 'FAIL'}: {verdict.reason}", file=out, flush=True)
     return RunResult(run, measurement, prediction, verdict.passed, verdict.reason)
 
@@ -177,32 +157,13 @@ def run(args: argparse.Namespace) -> int:
         print(f"demo: {error}", file=sys.stderr)
         return 2
     started = time.monotonic()
-    logs = args.work_dir / "logs"
-    servers: list[VllmServer] = []
     try:
-        with step("building the tiny model", "the vLLM venv needs torch, transformers and tokenizers: recreate it "
-                                             "with `bash .ci/setup-vllm.sh .venv-vllm` and pass its python"):
-            model_dir = build_model(args.work_dir / "tiny-model", python, progress=lambda line: print(line, file=out))
-        print("starting two vLLM CPU servers (about 1-2 minutes on two cores) ...", file=out, flush=True)
-        with step("starting two vLLM servers", f"read the server log shown above (in {logs}); on a busy machine "
-                                               "raise --start-timeout"):
-            servers = start_servers(2, model_dir, SERVED_MODEL, python, logs, args.start_timeout, out)
-        backends = {server.name: server.url for server in servers}
-        with step(f"reading {servers[0].url}/metrics for vllm:cache_config_info",
-                  f"the server must be vLLM 0.9.2 or later and still up: see {logs}"):
-            block_size, capacity_blocks = read_cache_config(servers[0].url)
-        tokenizer = ServerTokenizer(servers[0].url, SERVED_MODEL)
-        print(f"vLLM KV block size {block_size} tokens, {capacity_blocks} blocks per server "
-              "(from vllm:cache_config_info)", file=out, flush=True)
-        results = [run_one(r, backends, block_size=block_size, capacity_blocks=capacity_blocks, seed=args.seed,
-                           tokenizer=tokenizer, out=out, logs=logs) for r in RUNS]
-    except DemoError as error:
+        with vllm_pair(args.work_dir / "tiny-model", args.work_dir / "logs", python, out=out,
+                       timeout=args.start_timeout) as pair:
+            results = [run_one(r, pair, seed=args.seed, out=out) for r in RUNS]
+    except StepError as error:
         print(f"demo: {error}\ndemo: fix: {error.fix}", file=sys.stderr)
         return 1
-    finally:
-        if servers:
-            print("stopping the vLLM servers ...", file=out, flush=True)
-            stop_servers(servers)
     print(f"\nSummary ({time.monotonic() - started:.0f}s):", file=out)
     for result in results:
         rate = result.measurement.report.hit_rate

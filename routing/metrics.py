@@ -45,8 +45,6 @@ class VllmMetrics:
     requests: float
     prefix_hits: float | None
     prefix_queries: float | None
-    # The counter name family found, e.g. "vllm:prefix_cache"; None when neither spelling is exposed.
-    prefix_spelling: str | None
     waiting: float
     running: float
     kv_usage: float
@@ -55,6 +53,10 @@ class VllmMetrics:
     max_lora: int = 0
     block_size: int | None = None
     num_gpu_blocks: int | None = None
+
+
+# A server that has counted nothing: the base of a counter that is new, or that restarted.
+ZERO = VllmMetrics(requests=0.0, prefix_hits=0.0, prefix_queries=0.0, waiting=0.0, running=0.0, kv_usage=0.0)
 
 
 def _split_adapters(value: str) -> tuple[str, ...]:
@@ -99,11 +101,9 @@ def parse_metrics(text: str) -> VllmMetrics:
                 sums[name] = sums.get(name, 0.0) + sample.value
 
     prefix_hits = prefix_queries = None
-    prefix_spelling = None
     for hits_name, queries_name in PREFIX_SPELLINGS:
         if hits_name in seen and queries_name in seen:
             prefix_hits, prefix_queries = sums[hits_name], sums[queries_name]
-            prefix_spelling = hits_name.removesuffix("_hits_total")
             break
 
     lora_labels = lora_sample[1] if lora_sample else {}
@@ -112,7 +112,6 @@ def parse_metrics(text: str) -> VllmMetrics:
         requests=sums.get(REQUESTS, 0.0),
         prefix_hits=prefix_hits,
         prefix_queries=prefix_queries,
-        prefix_spelling=prefix_spelling,
         waiting=sums.get(WAITING, 0.0),
         running=sums.get(RUNNING, 0.0),
         kv_usage=next((kv_usage[name] for name in KV_USAGE_SPELLINGS if name in kv_usage), 0.0),
@@ -157,7 +156,7 @@ def counter_delta(pod: str, before: VllmMetrics | None, after: VllmMetrics | Non
     notes: list[str] = []
     if before is None:
         notes.append("new since the first read: counted from zero")
-        before = VllmMetrics(0.0, 0.0, 0.0, after.prefix_spelling, 0.0, 0.0, 0.0)
+        before = ZERO
     pairs = [("requests", before.requests, after.requests)]
     has_prefix = after.prefix_hits is not None and after.prefix_queries is not None
     if has_prefix and before.prefix_hits is not None and before.prefix_queries is not None:
@@ -167,7 +166,7 @@ def counter_delta(pod: str, before: VllmMetrics | None, after: VllmMetrics | Non
     restarted = bool(went_down)
     if restarted:
         notes.append(f"restarted: {', '.join(went_down)}, so the delta is the after-value")
-    base = VllmMetrics(0.0, 0.0, 0.0, None, 0.0, 0.0, 0.0) if restarted else before
+    base = ZERO if restarted else before
 
     def diff(old: float | None, new: float | None) -> int | None:
         if new is None:

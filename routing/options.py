@@ -2,8 +2,8 @@
 and one way to resolve `--stack/--model/--stacks-dir` to a model entry.
 
 argparse `type=` functions raise ArgumentTypeError (argparse then exits with status 2 and
-the message); `load_stack_model` raises StackOptionError, which each command prints with its
-own prefix before exiting with status 2.
+the message); `load_stack_model` and `unique_named_urls` raise OptionError, which each
+command prints with its own prefix before exiting with status 2.
 """
 
 from __future__ import annotations
@@ -12,9 +12,9 @@ import argparse
 import urllib.parse
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Sequence
 
-from settings import ModelSettings, Settings, SettingsError, load_stack
+from settings import ModelSettings, Settings, SettingsError, load_stack, parse_weight_overrides
 
 URL_SCHEMES = ("http", "https")
 
@@ -79,8 +79,46 @@ def port_number(option: str) -> Callable[[str], int]:
     return parse
 
 
-class StackOptionError(ValueError):
-    """--stack/--model/--stacks-dir that do not name a usable model entry, with the fix."""
+def positive_int(text: str) -> int:
+    """An argparse type: a whole number of at least 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} must be at least 1")
+    return value
+
+
+def positive_seconds(text: str) -> float:
+    """An argparse type: a number of seconds above 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = None
+    if value is None or not value > 0:
+        raise argparse.ArgumentTypeError(f"{text!r} must be a positive number of seconds")
+    return value
+
+
+def weights_option(text: str) -> dict[str, int]:
+    """An argparse type for --weights NAME=N,...: the weights it names, else every problem with it."""
+    try:
+        return parse_weight_overrides(text, key="--weights")
+    except SettingsError as error:
+        raise argparse.ArgumentTypeError("; ".join(map(str, error.problems))) from None
+
+
+class OptionError(ValueError):
+    """Options that do not name something usable (a stack's model entry, distinct pods), with the fix."""
+
+
+def unique_named_urls(option: str, pairs: Sequence[tuple[str, str]]) -> dict[str, str]:
+    """The NAME=URL pairs a repeated `option` collected, by name; OptionError when a name repeats."""
+    urls = dict(pairs)
+    if len(urls) != len(pairs):
+        raise OptionError(f"{option} names must be unique, got {', '.join(name for name, _ in pairs)}")
+    return urls
 
 
 def add_model_options(parser: argparse.ArgumentParser) -> None:
@@ -105,12 +143,12 @@ class StackModel:
         return f"model {self.model.name!r} in stack {self.stack!r}"
 
     def weights(self, instead: str) -> dict[str, int]:
-        """The weights the stack gives this model, or StackOptionError when a custom picker
+        """The weights the stack gives this model, or OptionError when a custom picker
         ConfigMap configures it instead (`instead` says what to pass then)."""
         if self.model.effective_weights is None:
             config_map = self.model.picker_config_map
-            raise StackOptionError(f"{self.where} uses a custom picker ConfigMap ({config_map.name}, key "
-                                   f"{config_map.key}); only the weights field is modelled. {instead}")
+            raise OptionError(f"{self.where} uses a custom picker ConfigMap ({config_map.name}, key "
+                              f"{config_map.key}); only the weights field is modelled. {instead}")
         return dict(self.model.effective_weights)
 
 
@@ -125,22 +163,24 @@ def load_stack_model(stack: str | None, model: str | None, stacks_dir: Path | No
     if stack is None:
         for option, value in (("--model", model), ("--stacks-dir", stacks_dir)):
             if value is not None:
-                raise StackOptionError(f"{option} {value}: needs --stack, e.g. --stack dev --model qwen-small")
+                raise OptionError(f"{option} {value}: needs --stack, e.g. --stack dev --model qwen-small")
         return None
     if not stack or "/" in stack or "\\" in stack or stack in (".", ".."):
-        raise StackOptionError(f"--stack {stack!r}: give the stack's short name, the <stack> of "
-                               "stacks/Pulumi.<stack>.yaml (e.g. --stack dev), not a path or an org/project/stack "
-                               "name; point --stacks-dir at another directory of stack files")
+        raise OptionError(f"--stack {stack!r}: give the stack's short name, the <stack> of "
+                          "stacks/Pulumi.<stack>.yaml (e.g. --stack dev), not a path or an org/project/stack "
+                          "name; point --stacks-dir at another directory of stack files")
     try:
         settings = load_stack(stack, stacks_dir)
         if model is None:
             if len(settings.models) != 1:
                 names = ", ".join(m.name for m in settings.models)
-                raise StackOptionError(f"--model: stack {stack!r} has {len(settings.models)} models ({names}); "
-                                       f"name one, e.g. --model {settings.models[0].name}")
+                raise OptionError(f"--model: stack {stack!r} has {len(settings.models)} models ({names}); "
+                                  f"name one, e.g. --model {settings.models[0].name}")
             entry = settings.models[0]
         else:
             entry = settings.model_named(model)
     except SettingsError as error:
-        raise StackOptionError(str(error)) from None
+        raise OptionError(str(error)) from None
+    except LookupError as error:
+        raise OptionError(f"--model {model}: {error}") from None
     return StackModel(stack, settings, entry)

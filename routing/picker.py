@@ -16,13 +16,13 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any, Mapping, Protocol, Sequence
 
-from settings import WEIGHT_NAMES
+from settings import DEFAULT_WEIGHTS, WEIGHT_NAMES
 
 from .prefix import go_json, picker_block_hashes, picker_block_size, pseudo_token_bytes
 
 __all__ = [
     "WEIGHT_NAMES", "PodMetrics", "Request", "Decision", "Picker", "EndpointPicker", "RoundRobinPicker",
-    "PickerConfigError",
+    "PickerConfigError", "with_default_weights",
 ]
 
 # LDR approximateprefix/types.go@v0.10.0 defaults.
@@ -174,6 +174,12 @@ class Picker(Protocol):
     def pick(self, request: Request, pods: Sequence[PodMetrics]) -> Decision: ...
 
 
+def with_default_weights(overrides: Mapping[str, int] | None) -> dict[str, int]:
+    """`overrides` laid over the controller's default profile (queue 2, kvCache 2, prefix 3): the
+    weights a picker configured with only `overrides` runs with."""
+    return {**DEFAULT_WEIGHTS, **(overrides or {})}
+
+
 def validate_weights(weights: Mapping[str, Any]) -> Mapping[str, float]:
     """The weights as the picker will use them, or PickerConfigError naming every bad one."""
     problems = []
@@ -311,9 +317,9 @@ class EndpointPicker:
     def pick(self, request: Request, pods: Sequence[PodMetrics]) -> Decision:
         if not pods:
             raise ValueError("no candidate pods: the pool's selector matches no ready pod")
-        names = [pod.name for pod in pods]
-        if len(set(names)) != len(names):
-            raise ValueError(f"pod names must be unique, got {names}")
+        # Callers pass pods with distinct names (a gateway's backends by name, a simulated fleet).
+        by_name = {pod.name: pod for pod in pods}
+        names = list(by_name)
 
         hashes: list[int] = []
         match_blocks: dict[str, int] = {}
@@ -344,8 +350,7 @@ class EndpointPicker:
         chosen = order[0]
 
         if self._tracks_prefixes:
-            chosen_pod = pods[names.index(chosen)]
-            self.prefix_index.add(hashes, chosen, self._lru_capacity(chosen_pod))
+            self.prefix_index.add(hashes, chosen, self._lru_capacity(by_name[chosen]))
         if "lru" in self.weights and cold:
             self._cold_lru.pop(chosen, None)
             self._cold_lru[chosen] = None

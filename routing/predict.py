@@ -15,10 +15,10 @@ import sys
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
-from settings import DEFAULT_WEIGHTS, SettingsError, parse_weight_overrides
+from settings import lru_conflict
 
-from .options import StackOptionError, add_model_options, load_stack_model
-from .picker import EndpointPicker, PickerConfigError, RoundRobinPicker
+from .options import OptionError, add_model_options, load_stack_model, positive_int, weights_option
+from .picker import EndpointPicker, PickerConfigError, Request, RoundRobinPicker, with_default_weights
 from .prefix import EstimateTokenizer, HFTokenizerFile, Tokenizer, TokenizerFileError
 from .simulate import (DEFAULT_BLOCK_SIZE, DEFAULT_CAPACITY_BLOCKS, SimulatedServer, SimulationResult,
                        simulate_side_by_side)
@@ -32,6 +32,8 @@ class PredictError(ValueError):
 
 @dataclass(frozen=True)
 class Prediction:
+    # The picker's weights: the overrides run_prediction was given, over the default profile.
+    weights: Mapping[str, int]
     picker: SimulationResult
     round_robin: SimulationResult
     best: SimulationResult
@@ -49,16 +51,17 @@ class Prediction:
         return {**self.picker.to_json(), "roundRobin": self.round_robin.to_json(), "bestHitRate": self.best.hit_rate}
 
 
-def run_prediction(workload: Sequence[Mapping[str, Any]], *, weights: Mapping[str, int], replicas: int,
+def run_prediction(requests: Sequence[Request], *, weights: Mapping[str, int] | None = None, replicas: int,
                    pod_prefix: str = "pod", block_size: int = DEFAULT_BLOCK_SIZE,
                    capacity_blocks: int | None = DEFAULT_CAPACITY_BLOCKS, tokenizer: Tokenizer | None = None,
                    seed: int | None = None) -> Prediction:
-    """Replays `workload` (OpenAI request bodies) onto `replicas` pods named `<pod_prefix>-<i>`."""
+    """Replays `requests` onto `replicas` pods named `<pod_prefix>-<i>`, routed by a picker with
+    `weights` laid over the default profile (as `serve` and the cluster's picker do)."""
     if isinstance(replicas, bool) or not isinstance(replicas, int) or replicas < 1:
         raise PredictError(f"replicas={replicas!r}: must be a whole number of at least 1 (--replicas N)")
-    requests = to_requests(workload)
     if not requests:
         raise WorkloadError("the workload has no requests")
+    weights = with_default_weights(weights)
     picker = EndpointPicker(weights, seed=seed)
 
     def fleet(count: int) -> list[SimulatedServer]:
@@ -74,29 +77,19 @@ def run_prediction(workload: Sequence[Mapping[str, Any]], *, weights: Mapping[st
     picked, round_robin, best = simulate_side_by_side(
         requests, [(fleet(replicas), picker), (fleet(replicas), RoundRobinPicker()), ([best_pod], RoundRobinPicker())],
         tokenizer or EstimateTokenizer())
-    return Prediction(picker=picked, round_robin=round_robin, best=best, best_cache_blocks=best_pod.cached_blocks,
-                      capacity_blocks=capacity_blocks)
+    return Prediction(weights=weights, picker=picked, round_robin=round_robin, best=best,
+                      best_cache_blocks=best_pod.cached_blocks, capacity_blocks=capacity_blocks)
 
 
 def predict(workload: Sequence[Mapping[str, Any]], **options: Any) -> dict:
-    """`run_prediction(workload, **options)` as the JSON `predict --json` prints:
+    """`run_prediction` of `workload` (OpenAI request bodies) as the JSON `predict --json` prints:
     {"pods": [{"pod", "requests", "hits", "queries", "hitRate"}], "hitRate",
      "roundRobin": {"pods": [...], "hitRate"}, "bestHitRate"} — hits and queries in tokens,
     hit rates None where there were no queries."""
-    return run_prediction(workload, **options).to_json()
+    return run_prediction(to_requests(workload), **options).to_json()
 
 
 # -- command line ---------------------------------------------------------------------------
-
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{text!r} must be at least 1")
-    return value
-
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
@@ -104,18 +97,18 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     where = parser.add_mutually_exclusive_group(required=True)
     where.add_argument("--stack", help="stack to read (stacks/Pulumi.<stack>.yaml): its model's replicas and weights")
-    where.add_argument("--pods", type=_positive_int, metavar="N",
+    where.add_argument("--pods", type=positive_int, metavar="N",
                        help="no stack: N pods with the controller's default weights (queue 2, kvCache 2, prefix 3)")
     add_model_options(parser)
     parser.add_argument("--workload", default="seed-shared",
                         help=f"{', '.join(BUILTIN_WORKLOADS)}, or a .jsonl file of OpenAI request bodies "
                              "(default: seed-shared)")
-    parser.add_argument("--weights", metavar="NAME=N,...",
+    parser.add_argument("--weights", type=weights_option, metavar="NAME=N,...",
                         help="override weights, e.g. prefix=0,queue=3,kvCache=2 (merged over the stack's)")
-    parser.add_argument("--replicas", type=_positive_int, metavar="N", help="override the stack's replica count")
-    parser.add_argument("--block-size", type=_positive_int, default=DEFAULT_BLOCK_SIZE, metavar="TOKENS",
+    parser.add_argument("--replicas", type=positive_int, metavar="N", help="override the stack's replica count")
+    parser.add_argument("--block-size", type=positive_int, default=DEFAULT_BLOCK_SIZE, metavar="TOKENS",
                         help=f"vLLM's KV block size (default {DEFAULT_BLOCK_SIZE}, the GPU default; 128 on CPU)")
-    parser.add_argument("--capacity-blocks", type=_positive_int, default=DEFAULT_CAPACITY_BLOCKS, metavar="N",
+    parser.add_argument("--capacity-blocks", type=positive_int, default=DEFAULT_CAPACITY_BLOCKS, metavar="N",
                         help="KV cache blocks per pod, the '# GPU blocks' vLLM logs "
                              f"(default {DEFAULT_CAPACITY_BLOCKS})")
     parser.add_argument("--tokenizer", metavar="PATH",
@@ -131,28 +124,24 @@ class _Target:
     title: str  # the report's first words: what is being predicted
     pod_prefix: str
     served_model: str | None  # None: keep each body's model
-    weights: Mapping[str, int]
+    weights: Mapping[str, int]  # over the default profile
     replicas: int
     caveats: tuple[str, ...] = ()
 
 
 def _target(args: argparse.Namespace) -> _Target:
-    if args.weights is not None and not args.weights.strip():
-        raise PredictError(f"--weights {args.weights!r}: no weight given. Pass NAME=N pairs, e.g. "
-                           "--weights prefix=0,queue=3,kvCache=2, or leave --weights out for the stack's weights.")
-    overrides = parse_weight_overrides(args.weights) if args.weights is not None else {}
-    if args.pods is not None:
-        for option in ("model", "replicas", "stacks_dir"):
-            if getattr(args, option) is not None:
-                raise PredictError(f"--{option.replace('_', '-')} needs --stack; with --pods {args.pods} "
-                                   "there is no stack to read. Drop one of the two.")
-        return _Target("Prediction without a stack", "pod", None, {**DEFAULT_WEIGHTS, **overrides}, args.pods)
-
+    overrides = args.weights or {}
     found = load_stack_model(args.stack, args.model, args.stacks_dir)
+    if found is None:
+        if args.replicas is not None:
+            raise PredictError(f"--replicas needs --stack; with --pods {args.pods} there is no stack to read. "
+                               "Drop one of the two.")
+        return _Target("Prediction without a stack", "pod", None, overrides, args.pods)
+
     model = found.model
     weights = {**found.weights(f"To predict with explicit weights, use --pods {model.replicas or 2} --weights ..."),
                **overrides}
-    if model.scheduler != "llm-d" and weights.get("lru"):
+    if lru_conflict(model.scheduler, weights):
         raise PredictError(f"--weights lru={weights['lru']}: the lru weight exists only with scheduler llm-d, and "
                            f"model {model.name!r} uses {model.scheduler!r}. Drop lru or set the model's scheduler.")
     replicas = args.replicas if args.replicas is not None else model.replicas
@@ -171,13 +160,12 @@ def run(args: argparse.Namespace) -> int:
     seed = args.seed if args.seed is not None else random.SystemRandom().randrange(2 ** 32)
     try:
         target = _target(args)
-        workload = load_workload(args.workload, target.served_model)
+        _, requests = load_workload(args.workload, target.served_model)
         tokenizer = HFTokenizerFile(args.tokenizer) if args.tokenizer else EstimateTokenizer()
-        prediction = run_prediction(workload, weights=target.weights, replicas=target.replicas,
+        prediction = run_prediction(requests, weights=target.weights, replicas=target.replicas,
                                     pod_prefix=target.pod_prefix, block_size=args.block_size,
                                     capacity_blocks=args.capacity_blocks, tokenizer=tokenizer, seed=seed)
-    except (SettingsError, StackOptionError, PredictError, WorkloadError, PickerConfigError,
-            TokenizerFileError) as error:
+    except (OptionError, PredictError, WorkloadError, PickerConfigError, TokenizerFileError) as error:
         print(f"predict: {error}", file=sys.stderr)
         return 2
     notes = [f"picker seed {seed}" + ("" if args.seed is not None else f" (repeat with --seed {seed})"),
@@ -187,14 +175,14 @@ def run(args: argparse.Namespace) -> int:
         for note in notes:
             print(f"predict: {note}", file=sys.stderr)
         return 0
-    print(format_prediction(prediction, target=target, workload=args.workload, requests=len(workload),
+    print(format_prediction(prediction, target=target, workload=args.workload, requests=len(requests),
                             block_size=args.block_size, notes=notes))
     return 0
 
 
 def format_prediction(prediction: Prediction, *, target: _Target, workload: str, requests: int, block_size: int,
                       notes: Sequence[str]) -> str:
-    weights = " ".join(f"{name}={value}" for name, value in target.weights.items())
+    weights = " ".join(f"{name}={value}" for name, value in prediction.weights.items())
     capacity = "unbounded" if prediction.capacity_blocks is None else f"{prediction.capacity_blocks} blocks"
     lines = [
         f"{target.title}: {target.replicas} pods, workload {workload} ({requests} requests, serial)",

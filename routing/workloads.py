@@ -1,6 +1,7 @@
 """Request workloads: the seed page's two batches, and user workloads from JSON Lines.
 
-A workload is a list of OpenAI request bodies (dicts), ready to POST or to predict.
+A workload is a list of OpenAI request bodies (dicts), ready to POST, and the picker's view
+of each (`picker.Request`), ready to predict.
 """
 
 from __future__ import annotations
@@ -68,8 +69,9 @@ class WorkloadError(ValueError):
     """A workload that cannot be read, with where and how to fix it."""
 
 
-def load_jsonl(path: str | Path, model: str | None = None) -> list[dict[str, Any]]:
-    """One OpenAI /v1/completions or /v1/chat/completions body per line; blank lines skipped.
+def load_jsonl(path: str | Path, model: str | None = None) -> tuple[list[dict[str, Any]], list[Request]]:
+    """One OpenAI /v1/completions or /v1/chat/completions body per line (blank lines skipped),
+    and the picker's view of each.
 
     With `model`, every body is sent to that served model name (lines may then omit `model`):
     a workload is replayed against one model's pool.
@@ -82,7 +84,7 @@ def load_jsonl(path: str | Path, model: str | None = None) -> list[dict[str, Any
                             ".jsonl file with one request body per line.") from None
     except (OSError, UnicodeDecodeError) as error:
         raise WorkloadError(f"workload {path}: cannot be read as UTF-8 text ({error}).") from None
-    bodies = []
+    bodies, requests = [], []
     for number, line in enumerate(lines, start=1):
         if not line.strip():
             continue
@@ -94,32 +96,35 @@ def load_jsonl(path: str | Path, model: str | None = None) -> list[dict[str, Any
         if not isinstance(body, dict):
             raise WorkloadError(f"workload {path} line {number}: is a JSON {type(body).__name__}, not an object. "
                                 'Write one request body per line, e.g. {"model": "...", "prompt": "..."}.')
-        surrogate = lone_surrogate(json.dumps(body, ensure_ascii=False))
-        if surrogate is not None:
-            escape = "\\u" + format(ord(json.dumps(body, ensure_ascii=False)[surrogate]), "04x")
-            column = line.lower().find(escape)
-            where = f" (column {column + 1})" if column >= 0 else ""
-            raise WorkloadError(f"workload {path} line {number}: holds the lone surrogate {escape}{where}, "
-                                f"{SURROGATE_FIX}.")
         if model is not None:
             body["model"] = model
         try:
-            Request.from_openai_body(body)
+            requests.append(Request.from_openai_body(body))
         except ValueError as error:
+            text = json.dumps(body, ensure_ascii=False)
+            surrogate = lone_surrogate(text)
+            if surrogate is not None:
+                escape = "\\u" + format(ord(text[surrogate]), "04x")
+                column = line.lower().find(escape)
+                where = f" (column {column + 1})" if column >= 0 else ""
+                raise WorkloadError(f"workload {path} line {number}: holds the lone surrogate {escape}{where}, "
+                                    f"{SURROGATE_FIX}.") from None
             raise WorkloadError(f"workload {path} line {number}: {error}. Each line must be an OpenAI "
                                 "completions body (with `prompt`) or chat body (with `messages`).") from None
         bodies.append(body)
     if not bodies:
         raise WorkloadError(f"workload {path}: has no requests. Write one JSON request body per line.")
-    return bodies
+    return bodies, requests
 
 
-def load_workload(name_or_path: str, model: str | None = None) -> list[dict[str, Any]]:
-    """A built-in workload by name (its bodies for `model`, default the seed's), or a .jsonl file."""
+def load_workload(name_or_path: str, model: str | None = None) -> tuple[list[dict[str, Any]], list[Request]]:
+    """A built-in workload by name (its bodies for `model`, default the seed's), or a .jsonl
+    file: the bodies, and the picker's view of each."""
     builtin = BUILTIN_WORKLOADS.get(name_or_path)
-    if builtin is not None:
-        return builtin(model or SEED_MODEL)
-    return load_jsonl(name_or_path, model)
+    if builtin is None:
+        return load_jsonl(name_or_path, model)
+    bodies = builtin(model or SEED_MODEL)
+    return bodies, to_requests(bodies)
 
 
 def to_requests(bodies: Sequence[Mapping[str, Any]]) -> list[Request]:

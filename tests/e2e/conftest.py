@@ -10,14 +10,10 @@ after installing vLLM).
 from __future__ import annotations
 
 import os
-import time
 
 import pytest
 
-from routing.vllm_server import (ServerTokenizer, VllmServer, build_model, have_vllm_python, read_cache_config,
-                                 reset_prefix_cache, start_servers, stop_servers, wait_until_healthy)
-
-SERVED_MODEL = "tiny"
+from routing.vllm_server import VllmPair, have_vllm_python, vllm_pair, wait_until_healthy
 
 
 class TerminalLines:
@@ -68,42 +64,21 @@ def vllm_python() -> str:
 
 
 @pytest.fixture(scope="session")
-def tiny_model(vllm_python, tmp_path_factory, progress):
-    return build_model(tmp_path_factory.mktemp("tiny-model"), vllm_python,
-                       progress=lambda line: progress.write(line + "\n"))
-
-
-@pytest.fixture(scope="session")
-def vllm_pair(vllm_python, tiny_model, tmp_path_factory, progress):
-    started = time.monotonic()
-    servers = start_servers(2, tiny_model, SERVED_MODEL, vllm_python, tmp_path_factory.mktemp("vllm-logs"),
-                            out=progress)
-    progress.write(f"both servers healthy after {time.monotonic() - started:.0f}s\n")
-    yield servers
-    stop_servers(servers)
+def started_pair(vllm_python, tmp_path_factory, progress):
+    work = tmp_path_factory.mktemp("vllm")
+    with vllm_pair(work / "tiny-model", work / "logs", vllm_python, out=progress) as pair:
+        yield pair
 
 
 @pytest.fixture
-def servers(vllm_pair: list[VllmServer], progress) -> list[VllmServer]:
+def pair(started_pair: VllmPair, progress) -> VllmPair:
     """Both servers, healthy, with empty prefix caches; one killed by an earlier test is restarted."""
-    dead = [s for s in vllm_pair if s.process is None or s.process.poll() is not None]
+    dead = [s for s in started_pair.servers if s.process is None or s.process.poll() is not None]
     for server in dead:
         progress.write(f"restarting {server.name}, stopped by an earlier test\n")
         server.stop()
         server.start()
     if dead:
         wait_until_healthy(dead, out=progress)
-    for server in vllm_pair:
-        reset_prefix_cache(server.url)
-    return vllm_pair
-
-
-@pytest.fixture(scope="session")
-def cache_config(vllm_pair) -> tuple[int, int]:
-    """(block_size, num_gpu_blocks) as the servers report them in vllm:cache_config_info."""
-    return read_cache_config(vllm_pair[0].url)
-
-
-@pytest.fixture(scope="session")
-def server_tokenizer(vllm_pair) -> ServerTokenizer:
-    return ServerTokenizer(vllm_pair[0].url, SERVED_MODEL)
+    started_pair.reset_prefix_caches()
+    return started_pair

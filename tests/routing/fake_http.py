@@ -1,53 +1,20 @@
 """Small aiohttp servers on 127.0.0.1 for unit tests: stand-in model servers and gateways.
 
-They run in a background thread with their own event loop, so plain (synchronous) tests and
-the synchronous `verify` code can talk to them. The e2e tests use real vLLM instead.
+They run as `serve.ThreadedApp`s (a background thread with its own event loop), so plain
+(synchronous) tests and the synchronous `verify` code can talk to them. The e2e tests use
+real vLLM instead.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
-import threading
 from dataclasses import dataclass, field
-from typing import Awaitable, Callable
+from typing import Callable
 
 from aiohttp import web
 
-
-class ThreadedServer:
-    """Serves the application `make_app()` builds, on 127.0.0.1 and a free port."""
-
-    def __init__(self, make_app: Callable[[], Awaitable[web.Application]]):
-        self._make_app = make_app
-        self._loop = asyncio.new_event_loop()
-        self._runner: web.AppRunner | None = None
-        self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
-        self.port = 0
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    def start(self) -> ThreadedServer:
-        self._thread.start()
-
-        async def serve() -> None:
-            self._runner = web.AppRunner(await self._make_app(), access_log=None)
-            await self._runner.setup()
-            site = web.TCPSite(self._runner, "127.0.0.1", 0)
-            await site.start()
-            self.port = self._runner.addresses[0][1]
-
-        asyncio.run_coroutine_threadsafe(serve(), self._loop).result(10)
-        return self
-
-    def stop(self) -> None:
-        if self._runner is not None:
-            asyncio.run_coroutine_threadsafe(self._runner.cleanup(), self._loop).result(10)
-        self._loop.call_soon_threadsafe(self._loop.stop)
-        self._thread.join(10)
-        self._loop.close()
+from routing.serve import ThreadedApp
 
 
 @dataclass
@@ -77,7 +44,7 @@ class FakeModelServer:
     # Serve POST /reset_prefix_cache, as vLLM does with VLLM_SERVER_DEV_MODE=1 (else it is a 404).
     dev_mode: bool = False
     resets: int = 0
-    server: ThreadedServer | None = None
+    server: ThreadedApp | None = None
 
     @property
     def url(self) -> str:
@@ -145,7 +112,7 @@ class FakeModelServer:
         return response
 
     def start(self) -> FakeModelServer:
-        self.server = ThreadedServer(self.make_app).start()
+        self.server = ThreadedApp(self.make_app).start()
         return self
 
     def stop(self) -> None:

@@ -8,7 +8,7 @@ import pytest
 
 from fake_http import FakeModelServer
 from routing import __main__ as cli
-from routing import demo
+from routing import demo, vllm_server
 from routing.prefix import EstimateTokenizer
 from routing.vllm_server import VllmStartError
 
@@ -27,11 +27,11 @@ def fakes(monkeypatch, tmp_path):
     servers = [FakeModelServer("vllm-a", dev_mode=True).start(), FakeModelServer("vllm-b", dev_mode=True).start()]
     stopped: list[list[str]] = []
     monkeypatch.setattr(demo, "resolve_vllm_python", lambda explicit: "/usr/bin/python3")
-    monkeypatch.setattr(demo, "build_model", lambda out_dir, python, progress: out_dir)
-    monkeypatch.setattr(demo, "start_servers",
+    monkeypatch.setattr(vllm_server, "build_model", lambda out_dir, python, **options: out_dir)
+    monkeypatch.setattr(vllm_server, "start_servers",
                         lambda count, *args: [StandIn(s.name, s.url) for s in servers[:count]])
-    monkeypatch.setattr(demo, "stop_servers", lambda started: stopped.append([s.name for s in started]))
-    monkeypatch.setattr(demo, "ServerTokenizer", lambda url, model: EstimateTokenizer())
+    monkeypatch.setattr(vllm_server, "stop_servers", lambda started: stopped.append([s.name for s in started]))
+    monkeypatch.setattr(vllm_server, "ServerTokenizer", lambda url, model: EstimateTokenizer())
     yield servers, stopped
     for server in servers:
         server.stop()
@@ -88,7 +88,7 @@ def test_servers_that_never_start_say_where_the_log_is(fakes, monkeypatch, tmp_p
     def exits(*args, **kwargs):
         raise VllmStartError("vLLM server vllm-a exited with code 1 before becoming healthy")
 
-    monkeypatch.setattr(demo, "start_servers", exits)
+    monkeypatch.setattr(vllm_server, "start_servers", exits)
     code, _, err = run_demo(tmp_path, capsys)
     assert code == 1
     assert err.startswith("demo: starting two vLLM servers failed: vLLM server vllm-a exited with code 1")

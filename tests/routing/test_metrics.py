@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from routing.metrics import (NO_PREFIX_METRIC, DeltaReport, MetricsError, VllmMetrics, counter_delta, diff_reads,
-                             parse_metrics)
-from routing.simulate import PodStats, SimulationResult
+from routing.metrics import (NO_PREFIX_METRIC, DeltaReport, MetricsError, PodDelta, VllmMetrics, counter_delta,
+                             diff_reads, parse_metrics)
+from routing.simulate import SimulationResult
 from routing.tables import format_pod_table, percent
 
 # Trimmed from a real vLLM 0.32 CPU server (engine and model_name labels, _created samples).
@@ -74,14 +74,13 @@ vllm:num_requests_running{model_name="m"} 0.0
 
 
 def metrics(requests: float, hits: float | None = 0.0, queries: float | None = 0.0) -> VllmMetrics:
-    spelling = None if hits is None else "vllm:prefix_cache"
-    return VllmMetrics(requests, hits, queries, spelling, 0.0, 0.0, 0.0)
+    return VllmMetrics(requests, hits, queries, waiting=0.0, running=0.0, kv_usage=0.0)
 
 
 def test_new_spelling_reads_every_field_the_picker_and_the_page_use():
     m = parse_metrics(NEW_SPELLING)
     assert m.requests == 12  # summed over finished reasons
-    assert (m.prefix_hits, m.prefix_queries, m.prefix_spelling) == (12672, 15039, "vllm:prefix_cache")
+    assert (m.prefix_hits, m.prefix_queries) == (12672, 15039)
     assert (m.waiting, m.running, m.kv_usage) == (3, 1, 0.25)
     assert (m.block_size, m.num_gpu_blocks) == (128, 8192)
     # The newest lora_requests_info sample (its value is the update time) is the current one.
@@ -90,7 +89,7 @@ def test_new_spelling_reads_every_field_the_picker_and_the_page_use():
 
 def test_old_gpu_spelling_of_the_seed_vllm_is_read_too():
     m = parse_metrics(OLD_SPELLING)
-    assert (m.prefix_hits, m.prefix_queries, m.prefix_spelling) == (550, 600, "vllm:gpu_prefix_cache")
+    assert (m.prefix_hits, m.prefix_queries) == (550, 600)
     assert m.kv_usage == 0.5
     assert m.requests == 12
     assert m.block_size is None and m.num_gpu_blocks is None
@@ -109,7 +108,7 @@ def test_counters_and_gauges_sum_over_engines():
 
 def test_missing_prefix_metric_is_none_not_zero():
     m = parse_metrics(NO_PREFIX)
-    assert m.prefix_hits is None and m.prefix_queries is None and m.prefix_spelling is None
+    assert m.prefix_hits is None and m.prefix_queries is None
 
 
 def test_a_page_without_vllm_metrics_is_rejected():
@@ -164,7 +163,7 @@ def test_json_shape_matches_predict():
 def test_one_table_for_measured_and_predicted_pods():
     measured = DeltaReport((counter_delta("pod-a", metrics(0), metrics(12, 12672, 15039)),
                             counter_delta("pod-b", metrics(0), metrics(0, 0, 0))))
-    predicted = SimulationResult((PodStats("pod-a", 12, 12672, 15039), PodStats("pod-b", 0, 0, 0)), ("pod-a",) * 12)
+    predicted = SimulationResult((PodDelta("pod-a", 12, 12672, 15039), PodDelta("pod-b", 0, 0, 0)), ("pod-a",) * 12)
     assert format_pod_table(measured) == format_pod_table(predicted)
     lines = format_pod_table(predicted, indent="  ").splitlines()
     assert lines[0].split() == ["pod", "requests", "hits", "queries", "hit", "rate"]

@@ -114,28 +114,35 @@ def test_hf_tokenizer_file_errors_name_the_path_and_the_fix(tmp_path):
 
 # -- the simulated vLLM server's prefix cache ----------------------------------------------------------
 
+def serve(server: SimulatedServer, tokens: list[int]) -> int:
+    """Serves `tokens` on `server`; the prefix-cache hits (tokens) the request added to its counter."""
+    hits = server.hits
+    server.serve(len(tokens), server_block_keys(tokens, server.block_size))
+    return server.hits - hits
+
+
 def test_server_counts_queries_in_tokens_and_hits_only_whole_cached_blocks():
     server = SimulatedServer("s", block_size=16, capacity_blocks=None)
-    assert (server.serve(list(range(50))).hits, server.queries) == (0, 50)
+    assert (serve(server, list(range(50))), server.queries) == (0, 50)
     shared_then_new = list(range(40)) + [999] * 10  # shares 40 tokens: 2 whole blocks
-    assert server.serve(shared_then_new).hits == 32
+    assert serve(server, shared_then_new) == 32
     assert (server.requests, server.hits, server.queries) == (2, 32, 100)
 
 
 def test_server_always_computes_the_last_token_of_a_fully_cached_prompt():
     server = SimulatedServer("s", block_size=16, capacity_blocks=None)
-    server.serve(list(range(64)))
-    assert server.serve(list(range(64))).hits == 48  # ((64 - 1) // 16) * 16
-    assert server.serve(list(range(65))).hits == 64
+    serve(server, list(range(64)))
+    assert serve(server, list(range(64))) == 48  # ((64 - 1) // 16) * 16
+    assert serve(server, list(range(65))) == 64
 
 
 def test_server_evicts_least_recently_used_blocks_and_the_tail_of_a_request_first():
     server = SimulatedServer("s", block_size=4, capacity_blocks=3)
-    server.serve([1, 1, 1, 1, 2, 2, 2, 2, 0])  # 2 blocks cached
-    server.serve([7, 7, 7, 7, 0])  # 3 blocks: full
-    server.serve([8, 8, 8, 8, 0])  # evicts the oldest: the first request's *tail* block
+    serve(server, [1, 1, 1, 1, 2, 2, 2, 2, 0])  # 2 blocks cached
+    serve(server, [7, 7, 7, 7, 0])  # 3 blocks: full
+    serve(server, [8, 8, 8, 8, 0])  # evicts the oldest: the first request's *tail* block
     assert server.cached_blocks == 3
-    assert server.serve([1, 1, 1, 1, 2, 2, 2, 2, 0]).hits == 4  # its head survived
+    assert serve(server, [1, 1, 1, 1, 2, 2, 2, 2, 0]) == 4  # its head survived
 
 
 def test_server_reports_cache_config_and_idle_load_to_the_picker():

@@ -11,7 +11,8 @@ import urllib.request
 import pytest
 
 from routing import __main__ as cli
-from routing.serve import ROUTED_HEADER, start_gateway
+from routing.metrics import ZERO
+from routing.serve import ROUTED_HEADER, STALENESS, Backend, Scrape, start_gateway
 from routing.workloads import seed_shared, seed_unique
 
 from fake_http import FakeModelServer
@@ -171,6 +172,17 @@ def test_unroutable_lone_surrogate_is_a_400_naming_it(backends):
     assert all(server.bodies == [] for server in backends)
 
 
+def test_a_backend_is_fresh_until_its_last_good_scrape_is_more_than_the_staleness_threshold_old():
+    # Upstream's --metrics-staleness-threshold (2 s): metrics are stale once older than it,
+    # so a backend scraped exactly 2 s ago is still a candidate and one scraped longer ago is not.
+    assert STALENESS == 2.0
+    backend = Backend("a", "http://127.0.0.1:1")
+    assert not backend.is_fresh(100.0, STALENESS)  # never scraped
+    backend.scrape = Scrape.of("a", 99.5, 100.0, ZERO)
+    assert backend.is_fresh(100.0 + STALENESS, STALENESS)
+    assert not backend.is_fresh(100.0 + STALENESS + 1e-9, STALENESS)
+
+
 def test_wait_idle_needs_a_scrape_after_the_given_time_showing_every_backend_idle(backends):
     a, b = backends
     with start_gateway(backend_map(backends), seed=1) as gateway:
@@ -203,7 +215,11 @@ def test_wait_idle_needs_a_scrape_after_the_given_time_showing_every_backend_idl
      "--backend 'a=ftp://127.0.0.1:1': expected NAME=URL with an http://"),
     (["serve", "--backend", "a=http://x", "--weights", "prefx=1"], "prefx"),
     (["serve", "--backend", "a=http://x", "--weights", "queue=-1"], "queue"),
-    (["serve", "--backend", "a=http://x", "--weights", ""], "--weights '': write each weight as name=value"),
+    (["serve", "--backend", "a=http://x", "--weights", ""], "--weights = '': names no weight"),
+    (["serve", "--backend", "a=http://x", "--weights", "prefix=0,"], "--weights = '': write each weight as name=value"),
+    (["serve", "--backend", "a=http://x", "--staleness", "0"], "--staleness: '0' must be a positive number of seconds"),
+    (["serve", "--backend", "a=http://x", "--scrape-interval", "-1"],
+     "--scrape-interval: '-1' must be a positive number of seconds"),
     (["serve", "--backend", "a=http://x", "--port", "0"], "--port '0': a port is a whole number from 1 to 65535"),
     (["serve", "--backend", "a=http://x", "--port", "65536"], "--port '65536': a port is a whole number"),
 ])
@@ -218,8 +234,10 @@ def test_bad_options_name_the_option_and_the_value(argv, message, capsys):
     (["--stack", "dev"], "--model: stack 'dev' has 2 models (qwen, qwen-small); name one, e.g. --model qwen"),
     (["--model", "qwen-small"], "--model qwen-small: needs --stack"),
     (["--stacks-dir", "stacks"], "--stacks-dir stacks: needs --stack"),
-    (["--stack", "dev", "--model", "qwen-big"], "no model named 'qwen-big'"),
+    (["--stack", "dev", "--model", "qwen-big"],
+     "--model qwen-big: stack 'dev' has no model named 'qwen-big'; its models are: qwen, qwen-small"),
     (["--stack", "a/dev", "--model", "qwen-small"], "--stack 'a/dev': give the stack's short name"),
+    (["--backend", "a=http://127.0.0.1:2"], "--backend names must be unique, got a, a"),
     (["--stack", "dev", "--model", "qwen-small", "--stacks-dir", "/nonexistent"], "has no file /nonexistent"),
 ])
 def test_stack_options_follow_the_same_rules_as_predict_and_verify(argv, message, capsys):

@@ -13,8 +13,9 @@ import aiohttp
 import pytest
 from aiohttp import web
 
-from fake_http import FakeModelServer, ThreadedServer
+from fake_http import FakeModelServer
 from routing import __main__ as cli
+from routing.serve import ThreadedApp
 from routing.verify import KubeGateway, UrlGateway, UrlPods, measure, resolve_target
 from routing.workloads import seed_unique
 from settings import GATEWAY_OWNER_LABEL as GATEWAY_LABEL
@@ -29,7 +30,7 @@ class FakeGateway:
         self.choose = choose
         self.fail_every = fail_every
         self.count = itertools.count(1)
-        self.server = ThreadedServer(self.make_app)
+        self.server = ThreadedApp(self.make_app)
 
     async def make_app(self) -> web.Application:
         app = web.Application()
@@ -181,6 +182,8 @@ def test_old_gpu_metric_names_are_read(pods, gateway_factory, capsys):
     (["verify", "--model-id", "m", "--pod-url", "a=http://x", "--gateway-url", "http://y", "--gateway-scheme", "https"],
      "--gateway-scheme https applies to the API server's service proxy only"),
     (["verify", "--model-id", "m", "--workload", "missing.jsonl", "--pod-url", "a=http://x"], "missing.jsonl: no such"),
+    (["verify", "--model-id", "m", "--pod-url", "a=http://x", "--pod-url", "a=http://y", "--gateway-url", "http://y"],
+     "verify: --pod-url names must be unique, got a, a"),
 ])
 def test_unusable_options_exit_2_with_the_fix(argv, message, capsys):
     assert cli.main(argv) == 2
@@ -263,7 +266,7 @@ class FakeApiServer:
         self.pods, self.gateway, self.namespace, self.label = pods, gateway, namespace, label
         self.selectors: list[str] = []
         self.proxy_targets: list[str] = []
-        self.server = ThreadedServer(self.make_app)
+        self.server = ThreadedApp(self.make_app)
 
     async def make_app(self) -> web.Application:
         app = web.Application(middlewares=[self.auth])
