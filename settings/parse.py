@@ -15,7 +15,6 @@ from .errors import HIDDEN, NOT_SET, SettingsError
 from .model import (
     DEFAULT_NAMESPACE,
     DEFAULT_VLLM_IMAGE,
-    DEFAULT_WEIGHTS,
     WEIGHT_NAMES,
     ClusterSettings,
     GatewaySettings,
@@ -570,7 +569,7 @@ def _vllm_image_message(value: str) -> str | None:
 def _managed_flag_message(value: str) -> str | None:
     flag = value.split("=", 1)[0]
     if flag in MANAGED_VLLM_FLAGS:
-        return (f"is set by the stack itself; use the model's own key instead (model, port, gpus, maxModelLen, "
+        return ("is set by the stack itself; use the model's own key instead (model, port, gpus, maxModelLen, "
                 "gpuMemoryUtilization). Prefix caching stays on because the gateway's prefix scorer relies on it.")
     return None
 
