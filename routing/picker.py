@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import random
 from collections import OrderedDict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Mapping, Protocol, Sequence
 
@@ -21,7 +21,7 @@ from settings import DEFAULT_WEIGHTS, WEIGHT_NAMES
 from .prefix import go_json, picker_block_hashes, picker_block_size, pseudo_token_bytes
 
 __all__ = [
-    "WEIGHT_NAMES", "PodMetrics", "Request", "Decision", "Picker", "EndpointPicker", "RoundRobinPicker",
+    "WEIGHT_NAMES", "PodMetrics", "Request", "Decision", "ScoreBreakdown", "PodScore", "ScorerContribution", "Picker", "EndpointPicker", "RoundRobinPicker",
     "PickerConfigError", "with_default_weights",
 ]
 
@@ -154,13 +154,60 @@ def _content_text(content: Any, index: int) -> str:
     return "".join(texts)
 
 
+_NO_WEIGHTS: Mapping[str, float] = MappingProxyType({})
+
+
+@dataclass(frozen=True)
+class ScorerContribution:
+    """One scorer's part in one pod's total: weighted = weight × clamp(raw, 0, 1)."""
+
+    scorer: str
+    raw: float
+    weight: float
+    weighted: float
+
+
+@dataclass(frozen=True)
+class PodScore:
+    """One candidate's total and the scorers that made it, in the profile's scorer order."""
+
+    pod: str
+    total: float
+    contributions: tuple[ScorerContribution, ...]
+
+
+@dataclass(frozen=True)
+class ScoreBreakdown:
+    """Why a pick went where it did: every candidate, best total first.
+
+    `margin` is the chosen pod's total minus the runner-up's: 0 when a tie was broken at
+    random, None with a single candidate (or for a picker that does not score).
+    """
+
+    chosen: str
+    pods: tuple[PodScore, ...]
+    runner_up: str | None
+    margin: float | None
+
+    def as_dict(self) -> dict[str, Any]:
+        """A JSON-ready form (for `serve`'s response header and `--json` reports)."""
+        return {
+            "chosen": self.chosen, "runnerUp": self.runner_up, "margin": self.margin,
+            "pods": [{"pod": pod.pod, "total": pod.total,
+                      "scorers": [{"scorer": part.scorer, "raw": part.raw, "weight": part.weight,
+                                   "weighted": part.weighted} for part in pod.contributions]}
+                     for pod in self.pods],
+        }
+
+
 @dataclass(frozen=True)
 class Decision:
     """One pick, with the evidence.
 
-    `scores` holds each non-zero-weight scorer's raw score per pod (before clamping);
-    `totals` the weighted sum the picker maximised; `match_blocks`/`total_blocks` the prefix
-    index's view of the request (empty/0 when no scorer needs it).
+    `scores` holds each weighted scorer's raw score per pod (before clamping), `weights` its
+    weight; `totals` the weighted sum the picker maximised; `match_blocks`/`total_blocks` the
+    prefix index's view of the request (empty/0 when no scorer needs it). `breakdown()`
+    lays these out per pod; it is computed on demand, so picking pays nothing for it.
     """
 
     pod: str
@@ -168,6 +215,26 @@ class Decision:
     scores: Mapping[str, Mapping[str, float]]
     match_blocks: Mapping[str, int]
     total_blocks: int
+    weights: Mapping[str, float] = field(default_factory=lambda: _NO_WEIGHTS)
+
+    def breakdown(self) -> ScoreBreakdown:
+        pods = []
+        for pod, total in self.totals.items():
+            contributions = tuple(
+                ScorerContribution(scorer, self.scores[scorer][pod], weight, weight * _clamp(self.scores[scorer][pod]))
+                for scorer, weight in self.weights.items())
+            pods.append(PodScore(pod, total, contributions))
+        # The chosen pod first, then the others by total (ties in candidate order): with equal
+        # totals the picker's random tie-break, not the order here, chose among them.
+        pods.sort(key=lambda score: (score.pod != self.pod, -score.total))
+        if len(pods) < 2:
+            return ScoreBreakdown(self.pod, tuple(pods), None, None)
+        return ScoreBreakdown(self.pod, tuple(pods), pods[1].pod, pods[0].total - pods[1].total)
+
+
+def _clamp(score: float) -> float:
+    # LDR scheduling/scheduler_profile.go@v0.10.0 enforceScoreRange: scores count within [0, 1].
+    return 0.0 if score < 0.0 else 1.0 if score > 1.0 else score
 
 
 class Picker(Protocol):
@@ -335,12 +402,12 @@ class EndpointPicker:
         cold = not any(match_blocks.values())
 
         scores = {name: self._score(name, request, pods, match_blocks, len(hashes), cold) for name in self.weights}
-        # LDR scheduling/scheduler_profile.go@v0.10.0 runScorerPlugins: total = Σ weight·clamp(score)
-        # (enforceScoreRange clamps to [0, 1]), no normalising, accumulated scorer by scorer.
+        # LDR scheduling/scheduler_profile.go@v0.10.0 runScorerPlugins: total = Σ weight·clamp(score),
+        # no normalising, accumulated scorer by scorer.
         totals = dict.fromkeys(names, 0.0)
         for scorer, weight in self.weights.items():
             for pod, score in scores[scorer].items():
-                totals[pod] += weight * (0.0 if score < 0.0 else 1.0 if score > 1.0 else score)
+                totals[pod] += weight * _clamp(score)
 
         # LDR picker/maxscore/picker.go@v0.10.0: shuffle, then stable sort by score, highest
         # first, so equal totals are broken uniformly at random.
@@ -359,7 +426,8 @@ class EndpointPicker:
 
         return Decision(pod=chosen, totals=MappingProxyType(totals),
                         scores=MappingProxyType({k: MappingProxyType(v) for k, v in scores.items()}),
-                        match_blocks=MappingProxyType(match_blocks), total_blocks=len(hashes))
+                        match_blocks=MappingProxyType(match_blocks), total_blocks=len(hashes),
+                        weights=self.weights)
 
     def _lru_capacity(self, pod: PodMetrics) -> int:
         # approximateprefix/plugin.go makeserver: num_gpu_blocks under autoTune when reported.

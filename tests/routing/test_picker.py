@@ -262,6 +262,62 @@ def test_a_higher_total_always_wins_regardless_of_seed():
     assert {EndpointPicker({"queue": 1}, seed=s).pick(request("q"), pods).pod for s in range(50)} == {"b"}
 
 
+# -- the score breakdown ----------------------------------------------------------------------------
+
+def test_breakdown_shows_each_scorers_raw_weight_and_weighted_value_per_pod():
+    pods = [PodMetrics("a", waiting=0, kv_usage=0.5), PodMetrics("b", waiting=4, kv_usage=1.5)]
+    decision = EndpointPicker({"queue": 2, "kvCache": 3}, seed=0).pick(request("q"), pods)
+    breakdown = decision.breakdown()
+    assert breakdown.chosen == "a" and [pod.pod for pod in breakdown.pods] == ["a", "b"]
+    a, b = breakdown.pods
+    assert [(part.scorer, part.raw, part.weight, part.weighted) for part in a.contributions] == [
+        ("queue", 1.0, 2.0, 2.0), ("kvCache", 0.5, 3.0, 1.5)]
+    # b's raw KV score is -0.5 (usage above 1): shown raw, counted clamped at 0.
+    assert [(part.raw, part.weighted) for part in b.contributions] == [(0.0, 0.0), (-0.5, 0.0)]
+    assert a.total == 3.5 and b.total == 0.0
+    assert breakdown.runner_up == "b" and breakdown.margin == 3.5
+
+
+def test_breakdown_totals_are_the_totals_the_picker_maximised():
+    picker = EndpointPicker({"queue": 2, "kvCache": 2, "prefix": 3, "lru": 1}, seed=3)
+    pods = [PodMetrics("a", waiting=1, kv_usage=0.25), PodMetrics("b", kv_usage=0.75), PodMetrics("c", waiting=3)]
+    for prompt in (blocks("a", "b"), blocks("a", "c"), blocks("z")):
+        decision = picker.pick(request(prompt), pods)
+        for pod in decision.breakdown().pods:
+            assert pod.total == pytest.approx(sum(part.weighted for part in pod.contributions))
+            assert pod.total == decision.totals[pod.pod]
+
+
+def test_breakdown_of_a_random_tie_break_has_zero_margin_and_the_chosen_pod_first():
+    chosen = set()
+    for seed in range(20):
+        breakdown = EndpointPicker({"queue": 1}, seed=seed).pick(request("q"), idle("a", "b", "c")).breakdown()
+        assert breakdown.pods[0].pod == breakdown.chosen and breakdown.margin == 0.0
+        assert breakdown.runner_up != breakdown.chosen
+        chosen.add(breakdown.chosen)
+    assert chosen == {"a", "b", "c"}
+
+
+def test_breakdown_with_one_candidate_has_no_runner_up():
+    breakdown = EndpointPicker({"queue": 1}, seed=0).pick(request("q"), idle("only")).breakdown()
+    assert breakdown.runner_up is None and breakdown.margin is None and breakdown.pods[0].total == 1.0
+
+
+def test_breakdown_as_dict_is_json_ready():
+    import json
+
+    decision = EndpointPicker({"queue": 2}, seed=0).pick(request("q"), [PodMetrics("a"), PodMetrics("b", waiting=2)])
+    assert json.loads(json.dumps(decision.breakdown().as_dict())) == {
+        "chosen": "a", "runnerUp": "b", "margin": 2.0,
+        "pods": [{"pod": "a", "total": 2.0, "scorers": [{"scorer": "queue", "raw": 1.0, "weight": 2.0, "weighted": 2.0}]},
+                 {"pod": "b", "total": 0.0, "scorers": [{"scorer": "queue", "raw": 0.0, "weight": 2.0, "weighted": 0.0}]}]}
+
+
+def test_round_robin_decisions_have_an_empty_breakdown():
+    breakdown = RoundRobinPicker().pick(request("q"), idle("a", "b")).breakdown()
+    assert breakdown.chosen == "a" and breakdown.pods == () and breakdown.margin is None
+
+
 # -- configuration errors --------------------------------------------------------------------------
 
 def test_nonzero_predicted_latency_is_refused_with_the_reason():
