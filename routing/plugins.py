@@ -209,6 +209,8 @@ class PluginSpec:
     parameters: Mapping[str, Any]
     # Where it came from: "plugins[2]", or the defaulting rule that added it.
     origin: str
+    # The parameter keys the config wrote (the rest are defaults).
+    written: frozenset[str] = frozenset()
 
     @property
     def role(self) -> str:
@@ -383,18 +385,20 @@ def _plugins(entries: Any, warnings: list[str]) -> dict[str, PluginSpec]:
                             "--allow-experimental-plugins=true")
         if kind.deprecated:
             warnings.append(f"{where}: {plugin_type} is deprecated in the llm-d router v0.10")
-        parameters = _decode_parameters(plugin_type, entry.get("parameters"), where, name, warnings)
-        plugins[name] = PluginSpec(name=name, type=plugin_type, parameters=parameters, origin=where)
+        parameters, written = _decode_parameters(plugin_type, entry.get("parameters"), where, name, warnings)
+        plugins[name] = PluginSpec(name=name, type=plugin_type, parameters=parameters, origin=where, written=written)
     return plugins
 
 
-def _decode_parameters(plugin_type: str, raw: Any, where: str, name: str, warnings: list[str]) -> Mapping[str, Any]:
+def _decode_parameters(plugin_type: str, raw: Any, where: str, name: str,
+                       warnings: list[str]) -> tuple[Mapping[str, Any], frozenset[str]]:
     kind = _PLUGIN_TYPES[plugin_type]
     if plugin_type not in MODELLED_TYPES or kind.parameters is None:
         if raw and plugin_type in MODELLED_TYPES:
             warnings.append(f"{where}.parameters: {plugin_type} takes no parameters; upstream's factory ignores "
                             f"{_shown(raw)}")
-        return _frozen(raw if isinstance(raw, Mapping) else {})
+        raw = raw if isinstance(raw, Mapping) else {}
+        return _frozen(raw), frozenset(raw)
     values = {parameter.key: parameter.default for parameter in kind.parameters}
     if raw is None:
         raw = {}
@@ -414,7 +418,7 @@ def _decode_parameters(plugin_type: str, raw: Any, where: str, name: str, warnin
             values[parameter.key] = _decoded_value(parameter, value, f"{where}.parameters.{key}")
             written.add(parameter.key)
     _check_plugin_parameters(plugin_type, values, written, where, warnings)
-    return MappingProxyType(values)
+    return MappingProxyType(values), frozenset(written)
 
 
 def _moved_prefix_parameter_hint(plugin_type: str, key: Any) -> str:

@@ -27,6 +27,7 @@ PSEUDO_TOKEN_BYTES = 4
 MIN_PICKER_BLOCK_TOKENS = 64
 
 _TWO_LE64 = struct.Struct("<QQ")
+_LE64 = struct.Struct("<Q")
 
 
 def pseudo_token_bytes(text: str) -> bytes:
@@ -76,6 +77,23 @@ def picker_block_hashes(model: str, token_bytes: bytes, block_tokens: int, max_b
     return hashes
 
 
+def character_block_hashes(model: str, data: bytes, block_tokens: int, max_blocks: int, cache_salt: str = "") -> list[int]:
+    """Pickers before v0.9 (GIE approximateprefix/hashing.go@v1.5.0 hashPrompt): blocks of
+    block_tokens x 4 bytes of the request's characters, h0 = xxh64(model ‖ cache_salt),
+    h_i = xxh64(block_i bytes ‖ le64(h_{i-1})); the trailing partial block is dropped, so a
+    prompt shorter than one block has no hashes."""
+    block_bytes = block_tokens * PSEUDO_TOKEN_BYTES
+    if block_bytes <= 0:
+        return []
+    previous = xxhash.xxh64_intdigest(model.encode("utf-8") + cache_salt.encode("utf-8"))
+    end = min(len(data), max_blocks * block_bytes) // block_bytes * block_bytes
+    hashes = []
+    for start in range(0, end, block_bytes):
+        previous = xxhash.xxh64_intdigest(data[start:start + block_bytes] + _LE64.pack(previous))
+        hashes.append(previous)
+    return hashes
+
+
 def server_block_keys(tokens: Sequence[int], block_size: int) -> list[int]:
     """One key per *full* block of `tokens`, each covering the block and all blocks before it.
 
@@ -96,14 +114,15 @@ def server_block_keys(tokens: Sequence[int], block_size: int) -> list[int]:
     return keys
 
 
-def go_json(value: object) -> str:
-    """`value` as Go's encoding/json writes a decoded `any`: compact, keys sorted, <>& escaped.
+def go_json(value: object, *, sort_keys: bool = True) -> str:
+    """`value` as Go's encoding/json writes a decoded `any`: compact, keys sorted, <>& escaped
+    (`sort_keys=False`: keys in the order given, as Go writes a struct's fields).
 
     The estimate backend hashes `json.Marshal(tools)` of a chat request. Numbers differ from
     Go's in rare cases (Go decodes every number to float64), which only shifts where two tool
     lists stop matching, never whether identical ones match.
     """
-    text = json.dumps(value, separators=(",", ":"), sort_keys=True, ensure_ascii=False)
+    text = json.dumps(value, separators=(",", ":"), sort_keys=sort_keys, ensure_ascii=False)
     for char, escape in (("&", "\\u0026"), ("<", "\\u003c"), (">", "\\u003e"),
                          ("\u2028", "\\u2028"), ("\u2029", "\\u2029")):
         text = text.replace(char, escape)
