@@ -16,7 +16,7 @@ import json
 import struct
 from array import array
 from pathlib import Path
-from typing import Protocol, Sequence
+from typing import Any, Protocol, Sequence
 
 import xxhash
 
@@ -138,6 +138,22 @@ class Tokenizer(Protocol):
     def encode(self, text: str) -> list[int]: ...
 
 
+def server_tokens(tokenizer: Tokenizer, request: Any) -> list[list[int]]:
+    """The token IDs a model server computes for `request` (a picker Request), one list per
+    sequence it runs: a completion's prompts (text or token IDs), or a chat rendered by the
+    model's chat template when `tokenizer` can render it (HFTokenizerFile); otherwise a chat
+    is counted as its flattened text."""
+    sequences = []
+    for prompt in request.server_inputs:
+        if prompt.token_ids is not None:
+            sequences.append(list(prompt.token_ids))
+        elif prompt.chat is not None and isinstance(tokenizer, HFTokenizerFile) and tokenizer.chat_template:
+            sequences.append(tokenizer.encode_chat(prompt.chat))
+        else:
+            sequences.append(tokenizer.encode(prompt.text if prompt.text is not None else request.prompt))
+    return sequences
+
+
 class EstimateTokenizer:
     """About 4 characters per token, with no model at hand: the picker's own estimate.
 
@@ -180,7 +196,47 @@ class HFTokenizerFile:
             raise TokenizerFileError(f"--tokenizer {file}: not a Hugging Face tokenizer.json ({error}). "
                                      "Pass the tokenizer.json that ships with the model.") from error
         self.path = file
-        self.description = f"counted with {file}"
+        self.chat_template = _chat_template(file.parent)
+        chats = "chats with its chat template" if self.chat_template else "chats as flattened text (no chat template)"
+        self.description = f"counted with {file}, {chats}"
 
     def encode(self, text: str) -> list[int]:
         return self._tokenizer.encode(text, add_special_tokens=True).ids
+
+    def render_chat(self, chat: str) -> str:
+        """The prompt vLLM makes of a chat request (`ServerPrompt.chat`): its messages, text parts
+        joined with newlines (vLLM's "string" content format), through the chat template with
+        add_generation_prompt, rendered as transformers renders it (a sandboxed Jinja
+        environment with trim_blocks and lstrip_blocks)."""
+        from jinja2.sandbox import ImmutableSandboxedEnvironment  # only chat rendering needs it
+
+        request = json.loads(chat)
+        messages = [{**message, "content": _content_string(message.get("content"))}
+                    for message in request["messages"]]
+        environment = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
+        environment.filters["tojson"] = lambda value, indent=None: json.dumps(value, indent=indent, ensure_ascii=False)
+        template = environment.from_string(self.chat_template)
+        return template.render(messages=messages, tools=request.get("tools"), add_generation_prompt=True)
+
+    def encode_chat(self, chat: str) -> list[int]:
+        # vLLM tokenizes a rendered chat without adding special tokens (the template holds them).
+        return self._tokenizer.encode(self.render_chat(chat), add_special_tokens=False).ids
+
+
+def _chat_template(model_dir: Path) -> str | None:
+    # transformers 5 writes chat_template.jinja; older versions kept it in tokenizer_config.json.
+    jinja = model_dir / "chat_template.jinja"
+    if jinja.is_file():
+        return jinja.read_text(encoding="utf-8")
+    config = model_dir / "tokenizer_config.json"
+    if config.is_file():
+        template = json.loads(config.read_text(encoding="utf-8")).get("chat_template")
+        return template if isinstance(template, str) else None
+    return None
+
+
+def _content_string(content: Any) -> str:
+    if isinstance(content, list):
+        return "\n".join(part.get("text", "") for part in content
+                         if isinstance(part, dict) and part.get("type") == "text")
+    return content or ""
