@@ -10,7 +10,6 @@ the request body; it never sees the servers' real prefix caches, only its own gu
 
 from __future__ import annotations
 
-import json
 import random
 import sys
 from collections import OrderedDict
@@ -20,11 +19,11 @@ from typing import Any, Mapping, Protocol, Sequence
 
 from settings import DEFAULT_WEIGHTS, WEIGHT_NAMES
 
+from .estimate import SURROGATE_FIX, ServerPrompt, lone_surrogate, parse_body
 from .plugins import (KV_CACHE, LORA_AFFINITY, MAX_SCORE_PICKER, NO_HIT_LRU, PREFIX, PREFIX_PRODUCER, QUEUE,
                       RUNNING_REQUESTS, SINGLE_PROFILE_HANDLER, TOKEN_PRODUCER, EndpointPickerConfig,
                       PickerConfigError, PluginSpec, SchedulingProfile, load_endpoint_picker_config,
                       render_endpoint_picker_config)
-from .estimate import SURROGATE_FIX, ServerPrompt, lone_surrogate, parse_body
 from .prefix import character_block_hashes, picker_block_hashes, picker_block_size, pseudo_token_bytes
 
 __all__ = [
