@@ -601,9 +601,11 @@ def _apply_system_defaults(plugins: dict[str, PluginSpec], profiles: list[Schedu
 
 def _add_missing_producers(plugins: dict[str, PluginSpec], profiles: list[SchedulingProfile]) -> None:
     # A prefix-cache or no-hit-lru scorer reads the match info of the producer it names, by default
-    # one named approx-prefix-cache-producer, which is created with default parameters when absent.
+    # one named approx-prefix-cache-producer: that one (only) is created with default parameters
+    # when absent, as the default producer of its data key.
     for spec in list(plugins.values()):
-        if spec.type in (PREFIX, NO_HIT_LRU) and not spec.parameters["prefixMatchInfoProducerName"]:
+        if spec.type in (PREFIX, NO_HIT_LRU) and (spec.parameters["prefixMatchInfoProducerName"]
+                                                  or PREFIX_PRODUCER) == PREFIX_PRODUCER:
             if PREFIX_PRODUCER not in plugins:
                 plugins[PREFIX_PRODUCER] = _default_plugin(PREFIX_PRODUCER, f"added: {spec.name} needs its match info")
 

@@ -119,6 +119,12 @@ def test_defaulting_fills_names_profile_weights_picker_handler_and_producer():
     assert producer.origin.startswith("added")
 
 
+def test_naming_the_default_producer_explicitly_still_creates_it():
+    loaded = load_endpoint_picker_config(config(plugins=[
+        {"type": "prefix-cache-scorer", "parameters": {"prefixMatchInfoProducerName": "approx-prefix-cache-producer"}}]))
+    assert loaded.plugin("approx-prefix-cache-producer").origin.startswith("added")
+
+
 def test_a_profile_without_a_picker_gets_the_declared_one_and_a_scorer_without_weight_gets_one():
     loaded = load_endpoint_picker_config(config(
         plugins=[{"type": "kv-cache-utilization-scorer", "name": "kv"}, {"type": "max-score-picker", "name": "best"}],
