@@ -31,7 +31,15 @@ import xxhash
 from .prefix import PSEUDO_TOKEN_BYTES, go_json, pseudo_token_bytes
 
 COMPLETIONS, CHAT, EMBEDDINGS = "completions", "chat", "embeddings"
-API_PATHS = {"/v1/completions": COMPLETIONS, "/v1/chat/completions": CHAT, "/v1/embeddings": EMBEDDINGS}
+RESPONSES, MESSAGES, GENERATE = "responses", "messages", "generate"
+# The paths the default parsers route (openai, anthropic, vllmhttp: parsers/*/...go@v0.10.0
+# Claims) that vLLM 0.32 serves; a render sub-path reads its parent's body.
+API_PATHS = {"/v1/completions": COMPLETIONS, "/v1/completions/render": COMPLETIONS,
+             "/v1/chat/completions": CHAT, "/v1/chat/completions/render": CHAT,
+             "/v1/embeddings": EMBEDDINGS, "/v1/responses": RESPONSES, "/v1/messages": MESSAGES,
+             "/inference/v1/generate": GENERATE}
+# tokenizer.go@v0.10.0 anthropicBillingHeaderPrefix: system blocks that are billing metadata.
+ANTHROPIC_BILLING_PREFIX = "x-anthropic-billing-header"
 
 # mm_estimate.go@v0.10.0 defaults (no `estimate` parameters, no x-llm-d-video-* headers).
 DEFAULT_IMAGE_SIZE = (640, 360)
@@ -97,7 +105,9 @@ def parse_body(body: Mapping[str, Any], api: str | None = None) -> ParsedBody:
     """The picker's and the server's view of `body`, sent to `api` (inferred from its fields when
     None). ValueError says what upstream would refuse, or what is not text."""
     model = body.get("model")
-    if not isinstance(model, str) or not model:
+    if api == GENERATE and model is None:
+        model = ""  # the generate API names no model; the first block hash then has none
+    elif not isinstance(model, str) or not model:
         raise ValueError(f"`model` must be a non-empty string, got {model!r}")
     check_unicode("`model`", model)
     salt = body.get("cache_salt", "")
@@ -113,9 +123,18 @@ def parse_body(body: Mapping[str, Any], api: str | None = None) -> ParsedBody:
     elif api == COMPLETIONS:
         text, picker_prompts, server_prompts = _completions(body.get("prompt"))
         characters = text
-    else:
+    elif api == EMBEDDINGS:
         text, picker_prompts, server_prompts = _embeddings(body.get("input"))
         characters = _go_embeddings_input_json(body["input"])
+    elif api == RESPONSES:
+        text, picker_prompts, server_prompts = _responses(body)
+        characters = text
+    elif api == MESSAGES:
+        text, picker_prompts, server_prompts = _anthropic_messages(body)
+        characters = text
+    else:
+        text, picker_prompts, server_prompts = _generate(body.get("token_ids"))
+        characters = ""
     return ParsedBody(model, salt, text, picker_prompts, server_prompts, characters.encode("utf-8"))
 
 
@@ -174,6 +193,110 @@ def _embeddings(value: Any) -> tuple[str, tuple[bytes, ...], tuple[ServerPrompt,
     marshalled = _go_embeddings_input_json(value)
     servers = tuple(ServerPrompt(text=text) for text in (listed or [raw]))
     return raw or " ".join(listed or []), (pseudo_token_bytes(marshalled),), servers
+
+
+def _responses(body: Mapping[str, Any]) -> tuple[str, tuple[bytes, ...], tuple[ServerPrompt, ...]]:
+    # estimateBytes: json.Marshal([{instructions}, {tools}, {input}]), the first two when present.
+    if body.get("input") is None:
+        raise ValueError("`input` is missing; upstream refuses a responses request without input")
+    combined = [{key: body[key]} for key in ("instructions", "tools") if body.get(key) is not None]
+    text = check_unicode("the request", go_json(combined + [{"input": body["input"]}]))
+    return text, (pseudo_token_bytes(text),), (ServerPrompt(text=text),)
+
+
+def _generate(ids: Any) -> tuple[str, tuple[bytes, ...], tuple[ServerPrompt, ...]]:
+    # vllmhttp.go parseGenerateRequest: token IDs, passed through as tokens.
+    if not isinstance(ids, list) or not ids:
+        raise ValueError("`token_ids` must be a non-empty list; upstream refuses a generate request without them")
+    _, tokens = _array(ids, "token_ids")
+    if not tokens:
+        raise ValueError("`token_ids` must be token IDs (whole numbers), not strings")
+    return "", (_token_bytes(tokens),), (ServerPrompt(token_ids=tuple(tokens)),)
+
+
+def _anthropic_messages(body: Mapping[str, Any]) -> tuple[str, tuple[bytes, ...], tuple[ServerPrompt, ...]]:
+    """estimate.go messagesBytes: json(tools), the system text, then each message's role and
+    content: text, thinking, tool_use as id + name + input JSON, tool_result as its text, and
+    images as placeholder runs. Tool inputs are hashed in compact JSON (upstream hashes the
+    bytes as the client wrote them)."""
+    messages = body.get("messages")
+    if not isinstance(messages, list) or not messages:
+        raise ValueError("`messages` must be a non-empty list; upstream refuses a messages request without messages")
+    stream = bytearray()
+    tools = body.get("tools")
+    if tools:
+        if not isinstance(tools, list) or not all(isinstance(tool, Mapping) for tool in tools):
+            raise ValueError("`tools` must be a list of tool objects")
+        stream += go_json([_anthropic_tool(tool) for tool in tools], sort_keys=False).encode("utf-8")
+    system = _anthropic_content(body.get("system"), "`system`")
+    if isinstance(system, str):
+        stream += system.encode("utf-8")
+    else:
+        stream += "".join(block.get("text") or "" for block in system if block.get("type") == "text"
+                          and not str(block.get("text") or "").startswith(ANTHROPIC_BILLING_PREFIX)).encode("utf-8")
+    for index, message in enumerate(messages):
+        if not isinstance(message, Mapping):
+            raise ValueError(f"`messages[{index}]` must be an object")
+        stream += str(message.get("role") or "").encode("utf-8")
+        content = _anthropic_content(message.get("content"), f"`messages[{index}].content`")
+        if isinstance(content, str):
+            stream += content.encode("utf-8")
+            continue
+        for block in content:
+            kind = block.get("type")
+            if kind == "text":
+                stream += str(block.get("text") or "").encode("utf-8")
+            elif kind == "image":
+                _append_anthropic_image(stream, block.get("source"))
+            elif kind == "thinking":
+                stream += str(block.get("thinking") or "").encode("utf-8")
+            elif kind == "tool_use":
+                stream += (str(block.get("id") or "") + str(block.get("name") or "")).encode("utf-8")
+                if block.get("input") is not None:
+                    stream += go_json(block["input"], sort_keys=False).encode("utf-8")
+            elif kind == "tool_result":
+                result = _anthropic_content(block.get("content"), f"`messages[{index}]` tool_result content")
+                if isinstance(result, str):
+                    stream += result.encode("utf-8")
+                else:
+                    stream += "\n".join(str(item.get("text") or "") for item in result
+                                        if item.get("type") == "text").encode("utf-8")
+                    for item in result:
+                        if item.get("type") == "image":
+                            _append_anthropic_image(stream, item.get("source"))
+    text = check_unicode("`messages`", bytes(stream).decode("utf-8", errors="replace"))
+    return text, (_aligned(stream),), (ServerPrompt(text=text),)
+
+
+def _anthropic_tool(tool: Mapping[str, Any]) -> dict:
+    # AnthropicTool's fields in declaration order, empty ones omitted.
+    fields: dict[str, Any] = {"name": tool.get("name") or ""}
+    for key in ("description", "input_schema", "strict", "defer_loading"):
+        if tool.get(key) not in (None, ""):
+            fields[key] = tool[key]
+    return fields
+
+
+def _anthropic_content(content: Any, where: str) -> str | list:
+    # AnthropicContent: a string, or a list of blocks (objects); absent is empty.
+    if content is None or isinstance(content, str):
+        return content or ""
+    if isinstance(content, list) and all(isinstance(block, Mapping) for block in content):
+        return content
+    raise ValueError(f"{where} must be a string or a list of content blocks")
+
+
+def _append_anthropic_image(stream: bytearray, source: Any) -> None:
+    # placeholderForAnthropicImage: the URL, else the base64 data, sized from its header.
+    if not isinstance(source, Mapping):
+        return
+    if source.get("url"):
+        url = str(source["url"])
+        _append_placeholders(stream, url, _image_placeholders(url))
+    elif source.get("data"):
+        data = str(source["data"])
+        width, height = image_size(data) or DEFAULT_IMAGE_SIZE
+        _append_placeholders(stream, data, max(1, width * height // IMAGE_TOKEN_FACTOR))
 
 
 def _go_embeddings_input_json(value: Any) -> str:
@@ -236,7 +359,7 @@ def _chat(body: Mapping[str, Any]) -> tuple[str, tuple[bytes, ...], tuple[Server
         _append_content(stream, texts, message.get("content"), index)
     text = check_unicode("`messages`", "".join(texts))
     chat = json.dumps({"messages": messages, "tools": tools}, ensure_ascii=False, sort_keys=True)
-    return text, (bytes(stream),), (ServerPrompt(chat=chat),)
+    return text, (_aligned(stream),), (ServerPrompt(chat=chat),)
 
 
 def _append_content(stream: bytearray, texts: list[str], content: Any, index: int) -> None:
@@ -280,9 +403,14 @@ def _field(part: Mapping[str, Any], block: str, key: str) -> str:
     return value if isinstance(value, str) else ""
 
 
+def _aligned(stream: bytearray) -> bytes:
+    # packBytes/align: zero-padded to whole 4-byte pseudo-tokens.
+    return bytes(stream + bytes(-len(stream) % PSEUDO_TOKEN_BYTES))
+
+
 def _append_placeholders(stream: bytearray, content: str, count: int) -> None:
     # appendMMAsset: align to a token, then `count` copies of the low 32 bits of xxh64(content).
-    stream += bytes(-len(stream) % PSEUDO_TOKEN_BYTES)
+    stream[:] = _aligned(stream)
     token = struct.pack("<I", xxhash.xxh64_intdigest(content.encode("utf-8")) & 0xFFFFFFFF)
     stream += token * count
 

@@ -579,7 +579,8 @@ class EndpointPicker:
         totals = dict.fromkeys(names, 0.0)
         for scorer, weight in self.weights.items():
             for pod, score in scores[scorer].items():
-                totals[pod] += weight * _clamp(score)
+                # _clamp, inlined: this loop runs scorers × pods times per pick.
+                totals[pod] += weight * (0.0 if score < 0.0 else 1.0 if score > 1.0 else score)
 
         # LDR picker/maxscore/picker.go@v0.10.0: shuffle, then stable sort by score, highest
         # first, so equal totals are broken uniformly at random. With maxNumOfEndpoints > 1 the

@@ -3,9 +3,10 @@
 It stands where Envoy plus the endpoint picker stand in the cluster, so the seed page's
 experiments can run against real vLLM servers on one machine. Like the real picker it
 scrapes every backend's /metrics every 50 ms (upstream's --refresh-metrics-interval) and
-routes the request forms upstream's OpenAI parser claims, by path: /v1/completions,
-/v1/chat/completions and /v1/embeddings. Every other path (/tokenize, /metrics, /v1/models,
-...) is passed through, unrouted, to the first backend with a fresh scrape.
+routes, by path, what upstream's default parsers route and vLLM serves: /v1/completions,
+/v1/chat/completions (and their /render), /v1/embeddings, /v1/responses, /v1/messages and
+/inference/v1/generate (estimate.API_PATHS). Every other path (/tokenize, /metrics,
+/v1/models, ...) is passed through, unrouted, to the first backend with a fresh scrape.
 
 Dropping stale backends is serve's own safety rule, not upstream's: a backend whose last good
 scrape is older than --staleness (2 s) is not a candidate here, so requests stop going to a
@@ -44,7 +45,7 @@ from aiohttp import web
 from .metrics import MetricsError, VllmMetrics, parse_metrics
 from .options import (OptionError, add_model_options, load_stack_model, named_url, port_number, positive_seconds,
                       unique_named_urls, weights_option)
-from .estimate import CHAT, COMPLETIONS, EMBEDDINGS
+from .estimate import API_PATHS
 from .picker import (DEFAULT_PICKER_VERSION, PICKER_VERSIONS, EndpointPicker, Picker, PickerConfigError, PodMetrics,
                      Request, RoundRobinPicker, with_default_weights)
 from .plugins import EndpointPickerConfig, load_endpoint_picker_config
@@ -57,8 +58,8 @@ ROUTED_HEADER = "x-routed-to"
 EXPLAIN_HEADER = "x-routing-explain"
 DECISION_HEADER = "x-routing-decision"
 HISTORY_LIMIT = 100_000
-# The paths upstream's openai-parser routes that vLLM serves (parsers/openai/openai.go@v0.10.0 Claims).
-INFERENCE_PATHS = {"/v1/completions": COMPLETIONS, "/v1/chat/completions": CHAT, "/v1/embeddings": EMBEDDINGS}
+# The paths upstream's default parsers route that vLLM serves, and the API each body is read as.
+INFERENCE_PATHS = API_PATHS
 # Not forwarded either way: they describe one connection, or framing aiohttp redoes.
 HOP_BY_HOP = frozenset(h.lower() for h in (
     "Connection", "Keep-Alive", "Proxy-Authenticate", "Proxy-Authorization", "TE", "Trailer",
@@ -427,8 +428,8 @@ def start_gateway(backends: Mapping[str, str], weights: Mapping[str, int] | None
 def add_parser(subparsers) -> argparse.ArgumentParser:
     parser = subparsers.add_parser(
         "serve", help="local OpenAI-compatible gateway that routes with the endpoint-picker model (not for production)",
-        description="Route /v1/completions, /v1/chat/completions and /v1/embeddings (streaming too) across "
-                    "--backend servers with the endpoint-picker model, scraping each backend's /metrics every "
+        description="Route completions, chat completions, embeddings, responses, Anthropic messages and vLLM "
+                    "generate requests (streaming too) across --backend servers with the endpoint-picker model, scraping each backend's /metrics every "
                     "50 ms (the real picker's tick); pass every other path through to a backend. As a safety rule "
                     "of its own (the real picker has none), serve skips backends whose last good scrape is over "
                     f"--staleness old. The chosen backend is named in the {ROUTED_HEADER!r} response header; send "

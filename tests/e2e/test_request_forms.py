@@ -4,6 +4,7 @@ with the real `openai` client; and the tiny model's tokenizer counting what the 
 from __future__ import annotations
 
 import json
+import urllib.error
 import urllib.request
 
 import openai
@@ -67,6 +68,37 @@ def test_chat_forms_are_routed_and_served(client, gateway, pair):
         client.chat.completions.create(model=SERVED_MODEL, max_tokens=2, messages=[{"role": "user", "content": [
             {"type": "text", "text": "what is this"}, {"type": "image_url", "image_url": {"url": PNG_URL}}]}])
     assert len(gateway.gateway.history) == 3
+
+
+def post(url: str, body: dict) -> tuple[int, dict, dict]:
+    request = urllib.request.Request(url, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(request, timeout=120) as response:
+            return response.status, dict(response.headers), json.load(response)
+    except urllib.error.HTTPError as error:
+        return error.code, dict(error.headers), json.load(error)
+
+
+def test_responses_messages_generate_and_render_are_routed_and_served(client, gateway, pair):
+    response = client.responses.with_raw_response.create(model=SERVED_MODEL, input="name one factor",
+                                                         instructions="be brief", max_output_tokens=16)
+    assert routed(response) in pair.backends and response.parse().output
+    # No Anthropic or vLLM-native client here: the wire format, as those clients send it.
+    status, headers, answer = post(gateway.url + "/v1/messages", {
+        "model": SERVED_MODEL, "max_tokens": 2, "system": "be brief",
+        "messages": [{"role": "user", "content": [{"type": "text", "text": "hi"}]}]})
+    assert status == 200 and headers[ROUTED_HEADER] in pair.backends and answer["content"] is not None
+    # vLLM serves generate and render only with --enable-scale-out (off here): routed all the
+    # same, and the refusal is vLLM's.
+    for path, body in (("/inference/v1/generate", {"model": SERVED_MODEL, "token_ids": [40, 41, 42, 43],
+                                                   "sampling_params": {"max_tokens": 2}}),
+                       ("/v1/completions/render", {"model": SERVED_MODEL, "prompt": "render this"}),
+                       ("/v1/chat/completions/render", {"model": SERVED_MODEL,
+                                                        "messages": [{"role": "user", "content": "render"}]})):
+        status, headers, answer = post(gateway.url + path, body)
+        assert headers[ROUTED_HEADER] in pair.backends, path
+        assert status == 200 or "--enable-scale-out" in answer["error"]["message"], (path, answer)
+    assert len(gateway.gateway.history) == 5
 
 
 def test_embeddings_are_routed_as_upstream_routes_them(client, gateway, pair):

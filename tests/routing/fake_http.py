@@ -73,7 +73,9 @@ class FakeModelServer:
         app.router.add_get("/v1/models", self._models)
         app.router.add_post("/v1/completions", self._completion)
         app.router.add_post("/v1/chat/completions", self._completion)
-        app.router.add_post("/v1/embeddings", self._completion)
+        for path in ("/v1/embeddings", "/v1/responses", "/v1/messages", "/inference/v1/generate",
+                     "/v1/completions/render", "/v1/chat/completions/render"):
+            app.router.add_post(path, self._completion)
         app.router.add_post("/tokenize", self._tokenize)
         if self.dev_mode:
             app.router.add_post("/reset_prefix_cache", self._reset_prefix_cache)
@@ -101,7 +103,7 @@ class FakeModelServer:
     async def _completion(self, request: web.Request) -> web.StreamResponse:
         body = await request.json()
         self.bodies.append(body)
-        prompt = body.get("prompt") or json.dumps(body.get("messages") or body.get("input"))
+        prompt = body.get("prompt") or json.dumps(body.get("messages") or body.get("input") or body.get("token_ids"))
         self.requests += 1
         self.queries += len(prompt)
         self.hits += self.hits_per_request

@@ -6,7 +6,7 @@ import struct
 import pytest
 import xxhash
 
-from routing.estimate import COMPLETIONS, EMBEDDINGS, ServerPrompt, image_size, parse_body
+from routing.estimate import COMPLETIONS, EMBEDDINGS, GENERATE, MESSAGES, RESPONSES, ServerPrompt, image_size, parse_body
 from routing.picker import EndpointPicker, PickerConfigError, PodMetrics, Request
 from routing.plugins import load_endpoint_picker_config
 from routing.prefix import character_block_hashes, picker_block_hashes, pseudo_token_bytes
@@ -97,7 +97,7 @@ def test_media_parts_become_placeholder_tokens_and_unknown_parts_are_skipped():
     request = Request.from_openai_body(body(messages=[{"role": "user", "content": parts}]))
     token = struct.pack("<I", xxhash.xxh64_intdigest(url.encode()) & 0xFFFFFFFF)
     # "usersee" is 7 bytes: padded to 8 before the image's 40 tokens.
-    assert request.token_streams == (b"usersee\x00" + token * 40 + b"ok",)
+    assert request.token_streams == (b"usersee\x00" + token * 40 + b"ok\x00\x00",)
 
 
 @pytest.mark.parametrize("part, tokens", [
@@ -196,3 +196,37 @@ def test_pickers_before_v09_cap_at_256_blocks_and_ignore_lru_capacity_per_server
 def test_an_unknown_picker_version_is_refused():
     with pytest.raises(PickerConfigError, match="picker version 'v1.0': not one of v0.10, v0.9"):
         prefix_picker(picker_version="v1.0")
+
+
+# -- responses, Anthropic messages, vLLM generate ---------------------------------------------------
+
+def test_responses_hash_the_json_of_instructions_tools_and_input():
+    request = Request.from_openai_body(body(input="hi", instructions="be <brief>"), api=RESPONSES)
+    assert request.token_streams == (pseudo_token_bytes('[{"instructions":"be \\u003cbrief\\u003e"},{"input":"hi"}]'),)
+    with pytest.raises(ValueError, match="`input` is missing"):
+        Request.from_openai_body(body(instructions="x"), api=RESPONSES)
+
+
+def test_anthropic_messages_are_tools_system_then_roles_and_blocks():
+    request = Request.from_openai_body(body(
+        tools=[{"name": "f", "input_schema": {"type": "object"}, "description": "d"}],
+        system=[{"type": "text", "text": "sys"}, {"type": "text", "text": "x-anthropic-billing-header: 1"}],
+        messages=[{"role": "user", "content": "hi"},
+                  {"role": "assistant", "content": [{"type": "thinking", "thinking": "hmm"},
+                                                    {"type": "tool_use", "id": "t1", "name": "f", "input": {"b": 1, "a": 2}},
+                                                    {"type": "redacted_thinking", "data": "skipped"}]},
+                  {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1",
+                                                "content": [{"type": "text", "text": "r1"}, {"type": "text", "text": "r2"}]}]}]),
+        api=MESSAGES)
+    expected = ('[{"name":"f","description":"d","input_schema":{"type":"object"}}]sysuserhiassistanthmmt1f{"b":1,"a":2}'
+                'userr1\nr2')
+    assert request.token_streams == (pseudo_token_bytes(expected),)
+    with pytest.raises(ValueError, match="`messages` must be a non-empty list"):
+        Request.from_openai_body(body(messages=[]), api=MESSAGES)
+
+
+def test_generate_passes_token_ids_through_and_needs_no_model():
+    request = Request.from_openai_body({"token_ids": [3, 4, 5], "sampling_params": {"max_tokens": 1}}, api=GENERATE)
+    assert request.token_streams == (struct.pack("<3I", 3, 4, 5),) and request.model == ""
+    with pytest.raises(ValueError, match="`token_ids` must be a non-empty list"):
+        Request.from_openai_body({"token_ids": []}, api=GENERATE)

@@ -271,7 +271,13 @@ def test_every_request_form_upstream_routes_is_routed_by_its_path(backends):
              ("/v1/chat/completions", {"model": "m", "messages": [{"role": "user", "content": [
                  {"type": "text", "text": "look"}, {"type": "image_url", "image_url": {"url": "https://x/y.png"}},
                  {"type": "something-new"}]}]}),
-             ("/v1/embeddings", {"model": "m", "input": ["embed me", "and me"]})]
+             ("/v1/embeddings", {"model": "m", "input": ["embed me", "and me"]}),
+             ("/v1/completions/render", {"model": "m", "prompt": "render me"}),
+             ("/v1/chat/completions/render", {"model": "m", "messages": [{"role": "user", "content": "r"}]}),
+             ("/v1/responses", {"model": "m", "input": "respond", "instructions": "briefly"}),
+             ("/v1/messages", {"model": "m", "max_tokens": 2, "system": "sys",
+                               "messages": [{"role": "user", "content": [{"type": "text", "text": "hi"}]}]}),
+             ("/inference/v1/generate", {"token_ids": [5, 6, 7], "sampling_params": {"max_tokens": 1}})]
     with start_gateway(backend_map(backends), seed=1) as gateway:
         for path, body in forms:
             status, headers, raw = post(gateway.url + path, body)
