@@ -31,13 +31,13 @@ import xxhash
 from .prefix import PSEUDO_TOKEN_BYTES, go_json, pseudo_token_bytes
 
 COMPLETIONS, CHAT, EMBEDDINGS = "completions", "chat", "embeddings"
-RESPONSES, MESSAGES, GENERATE = "responses", "messages", "generate"
+RESPONSES, MESSAGES, GENERATE, COUNT_TOKENS = "responses", "messages", "generate", "count_tokens"
 # The paths the default parsers route (openai, anthropic, vllmhttp: parsers/*/...go@v0.10.0
 # Claims) that vLLM 0.32 serves; a render sub-path reads its parent's body.
 API_PATHS = {"/v1/completions": COMPLETIONS, "/v1/completions/render": COMPLETIONS,
              "/v1/chat/completions": CHAT, "/v1/chat/completions/render": CHAT,
              "/v1/embeddings": EMBEDDINGS, "/v1/responses": RESPONSES, "/v1/messages": MESSAGES,
-             "/inference/v1/generate": GENERATE}
+             "/v1/messages/count_tokens": COUNT_TOKENS, "/inference/v1/generate": GENERATE}
 # tokenizer.go@v0.10.0 anthropicBillingHeaderPrefix: system blocks that are billing metadata.
 ANTHROPIC_BILLING_PREFIX = "x-anthropic-billing-header"
 
@@ -104,6 +104,10 @@ def infer_api(body: Mapping[str, Any]) -> str:
 def parse_body(body: Mapping[str, Any], api: str | None = None) -> ParsedBody:
     """The picker's and the server's view of `body`, sent to `api` (inferred from its fields when
     None). ValueError says what upstream would refuse, or what is not text."""
+    if api == COUNT_TOKENS:
+        # anthropic.go ParseRequest: forwarded unparsed, so it is picked with no tokens to hash.
+        model = body.get("model")
+        return ParsedBody(model if isinstance(model, str) else "", "", "", (), (), b"")
     model = body.get("model")
     if api == GENERATE and model is None:
         model = ""  # the generate API names no model; the first block hash then has none

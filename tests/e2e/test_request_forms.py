@@ -88,6 +88,9 @@ def test_responses_messages_generate_and_render_are_routed_and_served(client, ga
         "model": SERVED_MODEL, "max_tokens": 2, "system": "be brief",
         "messages": [{"role": "user", "content": [{"type": "text", "text": "hi"}]}]})
     assert status == 200 and headers[ROUTED_HEADER] in pair.backends and answer["content"] is not None
+    status, headers, answer = post(gateway.url + "/v1/messages/count_tokens", {
+        "model": SERVED_MODEL, "messages": [{"role": "user", "content": "count these"}]})
+    assert status == 200 and headers[ROUTED_HEADER] in pair.backends and answer["input_tokens"] > 0
     # vLLM serves generate and render only with --enable-scale-out (off here): routed all the
     # same, and the refusal is vLLM's.
     for path, body in (("/inference/v1/generate", {"model": SERVED_MODEL, "token_ids": [40, 41, 42, 43],
@@ -98,7 +101,7 @@ def test_responses_messages_generate_and_render_are_routed_and_served(client, ga
         status, headers, answer = post(gateway.url + path, body)
         assert headers[ROUTED_HEADER] in pair.backends, path
         assert status == 200 or "--enable-scale-out" in answer["error"]["message"], (path, answer)
-    assert len(gateway.gateway.history) == 5
+    assert len(gateway.gateway.history) == 6
 
 
 def test_embeddings_are_routed_as_upstream_routes_them(client, gateway, pair):

@@ -73,7 +73,8 @@ class FakeModelServer:
         app.router.add_get("/v1/models", self._models)
         app.router.add_post("/v1/completions", self._completion)
         app.router.add_post("/v1/chat/completions", self._completion)
-        for path in ("/v1/embeddings", "/v1/responses", "/v1/messages", "/inference/v1/generate",
+        for path in ("/v1/embeddings", "/v1/responses", "/v1/messages", "/v1/messages/count_tokens",
+                     "/inference/v1/generate",
                      "/v1/completions/render", "/v1/chat/completions/render"):
             app.router.add_post(path, self._completion)
         app.router.add_post("/tokenize", self._tokenize)

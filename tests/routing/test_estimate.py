@@ -6,7 +6,7 @@ import struct
 import pytest
 import xxhash
 
-from routing.estimate import COMPLETIONS, EMBEDDINGS, GENERATE, MESSAGES, RESPONSES, ServerPrompt, image_size, parse_body
+from routing.estimate import COMPLETIONS, COUNT_TOKENS, EMBEDDINGS, GENERATE, MESSAGES, RESPONSES, ServerPrompt, image_size, parse_body
 from routing.picker import EndpointPicker, PickerConfigError, PodMetrics, Request
 from routing.plugins import load_endpoint_picker_config
 from routing.prefix import character_block_hashes, picker_block_hashes, pseudo_token_bytes
@@ -230,3 +230,9 @@ def test_generate_passes_token_ids_through_and_needs_no_model():
     assert request.token_streams == (struct.pack("<3I", 3, 4, 5),) and request.model == ""
     with pytest.raises(ValueError, match="`token_ids` must be a non-empty list"):
         Request.from_openai_body({"token_ids": []}, api=GENERATE)
+
+
+def test_anthropic_count_tokens_is_picked_with_nothing_to_hash():
+    picker = prefix_picker()
+    request = Request.from_openai_body(body(messages=[{"role": "user", "content": "x" * 600}]), api=COUNT_TOKENS)
+    assert request.token_streams == () and picker.pick(request, pods("x", "y")).total_blocks == 0

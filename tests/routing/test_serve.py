@@ -277,6 +277,7 @@ def test_every_request_form_upstream_routes_is_routed_by_its_path(backends):
              ("/v1/responses", {"model": "m", "input": "respond", "instructions": "briefly"}),
              ("/v1/messages", {"model": "m", "max_tokens": 2, "system": "sys",
                                "messages": [{"role": "user", "content": [{"type": "text", "text": "hi"}]}]}),
+             ("/v1/messages/count_tokens", {"model": "m", "messages": [{"role": "user", "content": "count"}]}),
              ("/inference/v1/generate", {"token_ids": [5, 6, 7], "sampling_params": {"max_tokens": 1}})]
     with start_gateway(backend_map(backends), seed=1) as gateway:
         for path, body in forms:
