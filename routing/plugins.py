@@ -22,7 +22,8 @@ import yaml
 __all__ = [
     "API_VERSION", "DEPRECATED_API_VERSION", "KIND", "WEIGHT_PLUGIN_TYPES", "MODELLED_TYPES", "KNOWN_TYPES",
     "PickerConfigError", "Parameter", "PluginSpec", "ProfilePlugin", "SchedulingProfile", "EndpointPickerConfig",
-    "load_endpoint_picker_config", "render_endpoint_picker_config", "plugin_role", "plugin_parameters",
+    "load_endpoint_picker_config", "render_endpoint_picker_config", "endpoint_picker_config_yaml", "plugin_role",
+    "plugin_parameters",
 ]
 
 API_VERSION = "llm-d.ai/v1alpha1"
@@ -687,3 +688,9 @@ def render_endpoint_picker_config(weights: Mapping[str, Any]) -> dict[str, Any]:
         "schedulingProfiles": [{"name": DEFAULT_PROFILE, "plugins": refs + [{"pluginRef": MAX_SCORE_PICKER}]}],
     }
 
+
+
+def endpoint_picker_config_yaml(document: Mapping[str, Any]) -> str:
+    """`document` (e.g. a rendered config) as the YAML text a ConfigMap carries: keys in the
+    document's own order, block style, so equal documents give equal text and equal hashes."""
+    return yaml.safe_dump(dict(document), sort_keys=False, default_flow_style=False, allow_unicode=True)
