@@ -560,9 +560,10 @@ class EndpointPicker:
         return cls(config, seed=seed, picker_version=picker_version)
 
     @property
-    def prefix_index(self) -> PrefixIndex:
-        """The index of the (first) prefix producer in use."""
-        return next(iter(self._producers.values())).index
+    def prefix_index(self) -> PrefixIndex | None:
+        """The index of the (first) prefix producer in use; None when no scorer reads one."""
+        producer = next(iter(self._producers.values()), None)
+        return None if producer is None else producer.index
 
     def pick(self, request: Request, pods: Sequence[PodMetrics]) -> Decision:
         if not pods:
