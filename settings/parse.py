@@ -13,8 +13,10 @@ from typing import Any
 
 from .errors import HIDDEN, NOT_SET, SettingsError
 from .model import (
+    DEFAULT_IMPLEMENTATION,
     DEFAULT_NAMESPACE,
     DEFAULT_VLLM_IMAGE,
+    GATEWAY_IMPLEMENTATIONS,
     WEIGHT_NAMES,
     ClusterSettings,
     GatewaySettings,
@@ -28,6 +30,13 @@ from .model import (
     default_of,
     frozen_mapping,
     is_bottlerocket,
+)
+from .hyperpod import (
+    HyperPodParser,
+    capacity_problems,
+    hyperpod_warnings,
+    parse_platform,
+    picker_replica_warnings,
 )
 from .reader import MISSING, Coerce, ConfigNode, Problems, decode_json, did_you_mean
 
@@ -47,11 +56,17 @@ WEIGHT_HINT = " Weights are non-negative integers; 0 turns a scorer off."
 # The CRD stores weights as integers; beyond int32 the API server would reject or truncate them.
 MAX_WEIGHT = 2**31 - 1
 
-TOP_LEVEL_KEYS = ("namespace", "models", "weights", "gateway", "cluster", "gpuNodes", "hfToken")
+TOP_LEVEL_KEYS = ("platform", "namespace", "models", "weights", "gateway", "cluster", "hyperpod", "gpuNodes", "hfToken")
 MODEL_KEYS = ("name", "model", "deployment", "replicas", "image", "gpus", "cpu", "memory", "port", "maxModelLen",
               "gpuMemoryUtilization", "extraArgs", "scheduler", "weights", "pickerConfigMap",
               "loraAdapters", "pickerReplicas", "routeTimeout", "logLevel")
-GATEWAY_KEYS = ("name", "bbr", "bbrReplicas", "tls", "jwt", "metrics", "podDefaults", "installAddon", "addonVersion")
+GATEWAY_KEYS = ("name", "implementation", "bbr", "bbrReplicas", "tls", "jwt", "metrics", "podDefaults", "installAddon",
+                "addonVersion", "loadBalancerController", "keda", "gatedModelAccess", "executionRoleArn")
+# Keys of the HyperPod inference add-on, which only mean something when the stack installs it.
+ADDON_KEYS = ("addonVersion", "keda", "gatedModelAccess", "executionRoleArn")
+# The add-on accepts only an execution role whose name starts with this (its chart's rule under isAddOn).
+ADDON_EXECUTION_ROLE_PREFIX = "SageMakerHyperPodInference"
+IAM_ROLE_ARN = re.compile(r"^arn:aws[a-z-]*:iam::[0-9]{12}:role/(?:[\w+=,.@-]+/)*(?P<name>[\w+=,.@-]{1,64})$")
 JWT_KEYS = ("name", "issuer", "jwksUri", "audiences", "requiredClaims")
 CLAIM_KEYS = ("name", "valueType", "values")
 POD_DEFAULT_KEYS = ("resources", "nodeSelector", "tolerations", "affinity", "labels", "annotations", "env", "envFrom")
@@ -157,17 +172,37 @@ class _Parser:
             self.problems.add(name, top.structured.get(name, NOT_SET),
                               f"is not a key of this project.{did_you_mean(name, TOP_LEVEL_KEYS)} "
                               f"Valid keys: {', '.join(TOP_LEVEL_KEYS)}. Remove it with `pulumi config rm {name}`.")
+        platform = parse_platform(top, self.coerce)
         namespace = top.leaf("namespace", self.coerce.string(_dns_label_message), DEFAULT_NAMESPACE)
         weights = self.weights(top.child("weights"))
-        cluster = self.cluster(top.child("cluster"), stack)
-        gpu_nodes = self.gpu_nodes(top.child("gpuNodes"), cluster)
+        cluster = self.cluster(top.child("cluster"), stack, platform)
+        hyperpod, gpu_nodes = None, None
+        if platform == "hyperpod":
+            self._only_on("eks", platform, top, "gpuNodes", "GPUs come from hyperpod.instanceGroups")
+            hyperpod = HyperPodParser(self.problems, self.coerce).settings(top.child("hyperpod"), cluster)
+        else:
+            self._only_on("hyperpod", platform, top, "hyperpod", "GPUs come from gpuNodes")
+            gpu_nodes = self.gpu_nodes(top.child("gpuNodes"), cluster)
         top.reject_below("models", "a list, set entry by entry with `pulumi config set --path 'models[0].<field>' <value>`")
         models = self.models(top.raw("models"), weights)
-        gateway = self.gateway(top.child("gateway"), models)
+        if hyperpod is not None:
+            capacity_problems(hyperpod, models, self.problems)
+        gateway = self.gateway(top.child("gateway"), models, platform, cluster)
         hf_token = self.hf_token(top, secret_keys)
-        warnings = self.warnings(gateway, models, gpu_nodes)
+        warnings = list(self.warnings(gateway, models, gpu_nodes))
+        if hyperpod is not None:
+            warnings += hyperpod_warnings(hyperpod, models)
+        warnings += picker_replica_warnings(models)
         return Settings(stack=stack, namespace=namespace, models=models, gateway=gateway, cluster=cluster,
-                        gpu_nodes=gpu_nodes, hf_token=hf_token, warnings=warnings)
+                        gpu_nodes=gpu_nodes, platform=platform, hyperpod=hyperpod, hf_token=hf_token,
+                        warnings=tuple(warnings))
+
+    def _only_on(self, wanted: str, platform: str, node: ConfigNode, name: str, why: str) -> None:
+        if name in node.names():
+            key = node.child_key(name)
+            self.problems.add(key, node.structured.get(name, NOT_SET) if name in node.structured else NOT_SET,
+                              f"applies only to platform {wanted}; on platform {platform} {why}. Remove it "
+                              f"(`pulumi config rm --path {key}`) or set `pulumi config set platform {wanted}`.")
 
     def hf_token(self, top: ConfigNode, secret_keys: frozenset[str]) -> bool:
         top.reject_below("hfToken")
@@ -306,10 +341,12 @@ class _Parser:
 
     # -- gateway ---------------------------------------------------------------------------
 
-    def gateway(self, node: ConfigNode, models: tuple[ModelSettings, ...]) -> GatewaySettings:
+    def gateway(self, node: ConfigNode, models: tuple[ModelSettings, ...], platform: str,
+                cluster: ClusterSettings) -> GatewaySettings:
         node.reject_unknown(GATEWAY_KEYS)
         c = self.coerce
         name = node.leaf("name", c.string(_dns_label_message), default_of(GatewaySettings, "name"))
+        implementation = self.implementation(node, platform)
         bbr_raw = node.leaf("bbr", self._bbr, "auto")
         if bbr_raw == "auto":
             bbr = len(models) > 1
@@ -320,17 +357,59 @@ class _Parser:
                                                         f"({len(models)} here): body-based routing picks each request's "
                                                         "model pool (CRD rule). Set `pulumi config set gateway.bbr auto`.")
         bbr_replicas = node.leaf("bbrReplicas", c.integer(minimum=1), None)
-        tls = node.leaf("tls", c.string(_tls_message), "off")
-        tls_arn = None if tls in ("off", MISSING) else ("" if tls == "auto" else tls)
+        tls = node.leaf("tls", c.string(_tls_message), "auto")
+        if tls == "off" and implementation == "hyperpod":
+            self.problems.add("gateway.tls", tls, "cannot be off: every HyperPod gateway terminates TLS, and the "
+                                                  "controller rejects a gateway without spec.tls. Use auto (cert-manager "
+                                                  "issues a certificate, imported to ACM) or an ACM certificate ARN.")
+        tls_arn = "" if tls in ("auto", "off", MISSING) else tls
         jwt = self.jwt(node.child("jwt")) if "jwt" in node.names() else None
         metrics = node.leaf("metrics", c.boolean, None)
         pod_defaults = self.pod_defaults(node) if "podDefaults" in node.names() else None
-        install_addon = node.leaf("installAddon", c.boolean, default_of(GatewaySettings, "install_addon"))
+        install_addon = self.install_addon(node, cluster)
+        for addon_key in sorted(node.names() & set(ADDON_KEYS)) if not install_addon else ():
+            self.problems.add(f"gateway.{addon_key}", node.structured.get(addon_key, node.flat.get(addon_key)),
+                              "configures the HyperPod inference add-on, which this stack does not install here "
+                              "(gateway.installAddon is false). Remove it, or set gateway.installAddon true.")
         addon_version = node.leaf("addonVersion", c.string(_addon_version_message),
                                   default_of(GatewaySettings, "addon_version"))
-        return GatewaySettings(name=name, bbr_enabled=bbr is True, bbr_replicas=bbr_replicas, tls_acm_arn=tls_arn,
-                               jwt=jwt, metrics=metrics, pod_defaults=pod_defaults, install_addon=install_addon is True,
-                               addon_version=addon_version)
+        load_balancer = node.leaf("loadBalancerController", c.boolean,
+                                  default_of(GatewaySettings, "load_balancer_controller"))
+        keda = node.leaf("keda", c.boolean, default_of(GatewaySettings, "keda"))
+        gated = node.leaf("gatedModelAccess", c.boolean, default_of(GatewaySettings, "gated_model_access"))
+        execution_role = node.leaf("executionRoleArn", c.string(_execution_role_message), None)
+        return GatewaySettings(name=name, implementation=implementation, bbr_enabled=bbr is True,
+                               bbr_replicas=bbr_replicas, tls_acm_arn=tls_arn, jwt=jwt, metrics=metrics,
+                               pod_defaults=pod_defaults, install_addon=install_addon, addon_version=addon_version,
+                               load_balancer_controller=load_balancer is not False, keda=keda is True,
+                               gated_model_access=gated is True,
+                               execution_role_arn=execution_role if isinstance(execution_role, str) else None)
+
+    def implementation(self, node: ConfigNode, platform: str) -> str:
+        implementation = node.leaf("implementation", self.coerce.choice(GATEWAY_IMPLEMENTATIONS),
+                                   DEFAULT_IMPLEMENTATION[platform])
+        if implementation == "hyperpod" and platform != "hyperpod":
+            self.problems.add("gateway.implementation", implementation,
+                              f"cannot run on platform {platform}: AWS documents the HyperPod Inference Gateway (its "
+                              "add-on and InferenceGatewayConfig) only on a SageMaker HyperPod cluster with EKS "
+                              "orchestration. Set `pulumi config set platform hyperpod`, or use the open-source picker "
+                              "with `pulumi config set gateway.implementation llm-d`.")
+        if implementation == "llm-d" and platform == "hyperpod":
+            self.problems.add("gateway.implementation", implementation,
+                              "runs on platform eks (managed GPU node groups); on platform hyperpod the stack runs "
+                              "AWS's HyperPod Inference Gateway. Set `pulumi config set platform eks`, or "
+                              "`pulumi config set gateway.implementation hyperpod`.")
+        return implementation if isinstance(implementation, str) else DEFAULT_IMPLEMENTATION[platform]
+
+    def install_addon(self, node: ConfigNode, cluster: ClusterSettings) -> bool:
+        install = node.leaf("installAddon", self.coerce.boolean, MISSING)
+        if cluster.existing:
+            return install is True
+        if install is False:
+            self.problems.add("gateway.installAddon", False,
+                              "the stack creates this cluster, so it installs the inference add-on the gateway needs; "
+                              "only on an existing cluster (cluster.existing) is that your choice. Remove the key.")
+        return True
 
     def _bbr(self, key: str, value: Any) -> Any:
         if value == "auto":
@@ -402,8 +481,11 @@ class _Parser:
 
     # -- cluster and nodes -----------------------------------------------------------------
 
-    def cluster(self, node: ConfigNode, stack: str) -> ClusterSettings:
+    def cluster(self, node: ConfigNode, stack: str, platform: str) -> ClusterSettings:
         node.reject_unknown(CLUSTER_KEYS)
+        if platform == "hyperpod":
+            self._only_on("eks", platform, node, "systemNodes", "system pods run on a HyperPod instance group "
+                                                                "without GPUs (hyperpod.instanceGroups)")
         c = self.coerce
         existing = node.leaf("existing", c.boolean, default_of(ClusterSettings, "existing"))
         name = node.leaf("name", c.string(_cluster_name_message), MISSING)
@@ -496,10 +578,11 @@ class _Parser:
         if gateway.jwt is None:
             warnings.append("gateway.jwt is not set: the gateway authenticates nobody, and anyone who can reach it "
                             "can use the models. Set gateway.jwt.issuer, gateway.jwt.jwksUri and gateway.jwt.audiences.")
-        if gateway.tls_acm_arn == "":
+        if gateway.implementation == "hyperpod" and gateway.tls_acm_arn == "" and not gateway.install_addon:
             warnings.append("gateway.tls is auto: the controller has cert-manager issue the certificate and imports it "
-                            "to ACM, which needs cert-manager in the cluster and an IRSA role for the controller with ACM "
-                            "access; this stack installs neither. Without them the gateway never reports Ready.")
+                            "to ACM, which needs cert-manager in the cluster and the add-on's roles; with "
+                            "gateway.installAddon false this stack installs neither. Without them the gateway never "
+                            "reports Ready.")
         if gpu_nodes is not None and models:
             per_node = GPUS_PER_INSTANCE.get(gpu_nodes.instance_types[0])
             wanted = sum(m.replicas * m.gpus for m in models)
@@ -587,8 +670,19 @@ def _claim_value_message(value: str) -> str | None:
 def _tls_message(value: str) -> str | None:
     if value in ("off", "auto") or ACM_ARN.match(value):
         return None
-    return ("must be off, auto (a certificate issued by cert-manager and imported to ACM) or an ACM certificate "
+    return ("must be auto (a certificate issued by cert-manager and imported to ACM) or an ACM certificate "
             "ARN such as arn:aws:acm:us-west-2:123456789012:certificate/<id>.")
+
+
+def _execution_role_message(value: str) -> str | None:
+    match = IAM_ROLE_ARN.match(value)
+    if not match:
+        return "must be an IAM role ARN such as arn:aws:iam::123456789012:role/SageMakerHyperPodInference-gateway."
+    if not match["name"].startswith(ADDON_EXECUTION_ROLE_PREFIX):
+        return (f"names the role {match['name']!r}, but the inference add-on accepts only an execution role whose name "
+                f"starts with {ADDON_EXECUTION_ROLE_PREFIX}. Rename the role, or remove the key to let the stack "
+                "create one.")
+    return None
 
 
 def _eks_version_message(value: str) -> str | None:
