@@ -53,10 +53,14 @@ def frozen_mapping(values: Mapping[str, object] | None = None) -> Mapping:
 
 @dataclass(frozen=True)
 class PickerConfigMap:
-    """A full custom endpoint-picker configuration (the CRD's configMapRef)."""
+    """A full custom endpoint-picker configuration (the CRD's configMapRef): a ConfigMap already
+    in the cluster, or one the stack makes from a file in the project (`file`, whose validated
+    text is `text`), which the routing toolkit then reads as well."""
 
     name: str
     key: str = "default-plugins.yaml"
+    file: str | None = None
+    text: str | None = None
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,10 @@ from __future__ import annotations
 import ipaddress
 import re
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
+
+from routing.plugins import PickerConfigError, load_endpoint_picker_config
 
 from .errors import HIDDEN, NOT_SET, SettingsError
 from .model import (
@@ -40,6 +43,9 @@ from .hyperpod import (
 )
 from .reader import MISSING, Coerce, ConfigNode, Problems, decode_json, did_you_mean
 
+# Where Pulumi.yaml is: relative paths in the config are read from here, as `pulumi up` runs here.
+PROJECT_DIR = Path(__file__).resolve().parent.parent
+
 # The oldest vLLM whose metrics the picker reads: 0.9.2 renamed the KV-cache gauge to
 # vllm:kv_cache_usage_perc, and the picker silently ignores the old name.
 MIN_VLLM_VERSION = (0, 9, 2)
@@ -64,6 +70,8 @@ GATEWAY_KEYS = ("name", "implementation", "bbr", "bbrReplicas", "tls", "jwt", "m
                 "addonVersion", "loadBalancerController", "keda", "gatedModelAccess", "executionRoleArn")
 # Keys of the HyperPod inference add-on, which only mean something when the stack installs it.
 ADDON_KEYS = ("addonVersion", "keda", "gatedModelAccess", "executionRoleArn")
+# Fields of the InferenceGatewayConfig and its add-on, with no counterpart in the open-source stack.
+HYPERPOD_GATEWAY_KEYS = ("tls", "jwt", "metrics", "podDefaults", "installAddon", *ADDON_KEYS)
 # The add-on accepts only an execution role whose name starts with this (its chart's rule under isAddOn).
 ADDON_EXECUTION_ROLE_PREFIX = "SageMakerHyperPodInference"
 IAM_ROLE_ARN = re.compile(r"^arn:aws[a-z-]*:iam::[0-9]{12}:role/(?:[\w+=,.@-]+/)*(?P<name>[\w+=,.@-]{1,64})$")
@@ -107,13 +115,15 @@ GPUS_PER_INSTANCE = {
 }
 
 
-def parse_settings(raw: Mapping[str, Any], *, stack: str, secret_keys: frozenset[str] = frozenset()) -> Settings:
+def parse_settings(raw: Mapping[str, Any], *, stack: str, secret_keys: frozenset[str] = frozenset(),
+                   project_dir: Path = PROJECT_DIR) -> Settings:
     """Validate the stack's config (keys without the `inference-gateway:` prefix) into Settings.
 
+    Files the config names (a picker configuration) are read relative to `project_dir`.
     Raises SettingsError listing every problem; no partial result is ever returned.
     """
     problems = Problems(secret_keys=secret_keys)
-    parser = _Parser(problems)
+    parser = _Parser(problems, project_dir)
     top = ConfigNode("", _structured_top(raw), _flat_top(raw), problems)
     settings = parser.settings(top, stack=stack, secret_keys=secret_keys)
     if problems.items:
@@ -160,9 +170,10 @@ def _flat_top(raw: Mapping[str, Any]) -> dict[str, str]:
 
 
 class _Parser:
-    def __init__(self, problems: Problems):
+    def __init__(self, problems: Problems, project_dir: Path):
         self.problems = problems
         self.coerce = Coerce(problems)
+        self.project_dir = project_dir
 
     # -- top level -------------------------------------------------------------------------
 
@@ -184,10 +195,12 @@ class _Parser:
             self._only_on("hyperpod", platform, top, "hyperpod", "GPUs come from gpuNodes")
             gpu_nodes = self.gpu_nodes(top.child("gpuNodes"), cluster)
         top.reject_below("models", "a list, set entry by entry with `pulumi config set --path 'models[0].<field>' <value>`")
-        models = self.models(top.raw("models"), weights)
+        gateway_node = top.child("gateway")
+        implementation = self.implementation(gateway_node, platform)
+        models = self.models(top.raw("models"), weights, implementation)
         if hyperpod is not None:
             capacity_problems(hyperpod, models, self.problems)
-        gateway = self.gateway(top.child("gateway"), models, platform, cluster)
+        gateway = self.gateway(gateway_node, models, implementation, cluster)
         hf_token = self.hf_token(top, secret_keys)
         warnings = list(self.warnings(gateway, models, gpu_nodes))
         if hyperpod is not None:
@@ -231,7 +244,7 @@ class _Parser:
 
     # -- models ----------------------------------------------------------------------------
 
-    def models(self, raw: Any, gateway_weights: dict[str, int]) -> tuple[ModelSettings, ...]:
+    def models(self, raw: Any, gateway_weights: dict[str, int], implementation: str) -> tuple[ModelSettings, ...]:
         if isinstance(raw, str):
             decoded = decode_json(raw)
             raw = decoded if decoded is not MISSING else raw
@@ -250,7 +263,7 @@ class _Parser:
                                                                  "(one per model); split the models over several stacks.")
         models = []
         for index, entry in enumerate(raw):
-            model = self.model(f"models[{index}]", entry, gateway_weights)
+            model = self.model(f"models[{index}]", entry, gateway_weights, implementation)
             if model is not None:
                 models.append(model)
         self._unique(models, "name", "name", "each model's scheduler needs its own name.")
@@ -269,7 +282,7 @@ class _Parser:
             else:
                 first_index[value] = index
 
-    def model(self, key: str, entry: Any, gateway_weights: dict[str, int]) -> ModelSettings | None:
+    def model(self, key: str, entry: Any, gateway_weights: dict[str, int], implementation: str) -> ModelSettings | None:
         if not isinstance(entry, dict):
             self.problems.add(key, entry, "must be an object with at least `name` and `model`.")
             return None
@@ -319,6 +332,8 @@ class _Parser:
             self.problems.add(f"{key}.scheduler", scheduler,
                               f"cannot use the lru weight set by {where}: the no-hit LRU scorer exists only in "
                               "the llm-d picker (CRD rule). Use scheduler 'llm-d' or remove the lru weight.")
+        if implementation == "llm-d":
+            self.open_source_picker_rules(key, entry, scheduler, own_weights, weights, config_map)
         if len(self.problems.items) > before:
             return None
         return ModelSettings(
@@ -328,25 +343,70 @@ class _Parser:
             scheduler=scheduler, weights=frozen_mapping(weights), picker_config_map=config_map,
             lora_adapters=loras, picker_replicas=picker_replicas, route_timeout=route_timeout, log_level=log_level)
 
+    def open_source_picker_rules(self, key: str, entry: dict, scheduler: Any, own_weights: dict[str, int],
+                                 weights: dict[str, int], config_map: PickerConfigMap | None) -> None:
+        """What gateway.implementation llm-d cannot run: it deploys the llm-d router and nothing else."""
+        if "scheduler" in entry and scheduler != "llm-d":
+            self.problems.add(f"{key}.scheduler", scheduler,
+                              "chooses between HyperPod's two pickers; gateway.implementation llm-d always runs the "
+                              "llm-d router. Remove the key.")
+        if weights.get("predictedLatency", 0) > 0:
+            where = f"{key}.weights.predictedLatency" if "predictedLatency" in own_weights else "weights.predictedLatency"
+            self.problems.add(where, weights["predictedLatency"],
+                              "has no open-source equivalent here: the llm-d router's latency scorer needs the "
+                              "latency-predictor sidecars, which replace the whole scoring profile. Set it to 0 or "
+                              "remove it on gateway.implementation llm-d.")
+        if config_map is not None and config_map.file is None:
+            self.problems.add(f"{key}.pickerConfigMap.file", NOT_SET,
+                              "is required on gateway.implementation llm-d: the llm-d router's chart mounts only the "
+                              "ConfigMap it writes itself, so the stack needs the configuration's text. Set it to the "
+                              "path of your EndpointPickerConfig YAML file.")
+
     def picker_config_map(self, model: ConfigNode) -> PickerConfigMap | None:
         node = model.child("pickerConfigMap")
-        node.reject_unknown(("name", "key"))
+        node.reject_unknown(("name", "key", "file"))
         name = node.leaf("name", self.coerce.string(_subdomain_message), MISSING)
         if name is MISSING:
             if "name" not in node.structured:
                 self.problems.add(node.child_key("name"), NOT_SET, "is required: the ConfigMap holding the picker configuration.")
             return None
         key = node.leaf("key", self.coerce.string(_config_map_key_message), default_of(PickerConfigMap, "key"))
-        return None if key is MISSING else PickerConfigMap(name=name, key=key)
+        file = node.leaf("file", self.coerce.string(), None)
+        text = self.picker_config_file(node.child_key("file"), file) if isinstance(file, str) else None
+        if MISSING in (key, text):
+            return None
+        return PickerConfigMap(name=name, key=key, file=file, text=text)
+
+    def picker_config_file(self, key: str, file: str) -> Any:
+        """The file's text, once it loads as an EndpointPickerConfig exactly as the picker would load it."""
+        path = Path(file).expanduser()
+        path = path if path.is_absolute() else self.project_dir / path
+        try:
+            text = path.read_text()
+        except OSError as error:
+            self.problems.add(key, file, f"cannot be read ({error.strerror}): give the path of an EndpointPickerConfig "
+                                         "YAML file, absolute or relative to the project directory.")
+            return MISSING
+        try:
+            load_endpoint_picker_config(text)
+        except PickerConfigError as error:
+            self.problems.add(key, file, f"is not a valid EndpointPickerConfig for the llm-d router v0.10: {error}")
+            return MISSING
+        return text
 
     # -- gateway ---------------------------------------------------------------------------
 
-    def gateway(self, node: ConfigNode, models: tuple[ModelSettings, ...], platform: str,
+    def gateway(self, node: ConfigNode, models: tuple[ModelSettings, ...], implementation: str,
                 cluster: ClusterSettings) -> GatewaySettings:
         node.reject_unknown(GATEWAY_KEYS)
         c = self.coerce
         name = node.leaf("name", c.string(_dns_label_message), default_of(GatewaySettings, "name"))
-        implementation = self.implementation(node, platform)
+        if implementation == "llm-d":
+            for hyperpod_only in sorted(node.names() & set(HYPERPOD_GATEWAY_KEYS)):
+                self.problems.add(f"gateway.{hyperpod_only}", node.structured.get(hyperpod_only, node.flat.get(hyperpod_only)),
+                                  "configures the HyperPod Inference Gateway (its InferenceGatewayConfig or add-on); "
+                                  "gateway.implementation llm-d has no such setting: its Gateway listens on HTTP behind "
+                                  "an internal load balancer. Remove it, or use platform hyperpod.")
         bbr_raw = node.leaf("bbr", self._bbr, "auto")
         if bbr_raw == "auto":
             bbr = len(models) > 1
@@ -366,8 +426,8 @@ class _Parser:
         jwt = self.jwt(node.child("jwt")) if "jwt" in node.names() else None
         metrics = node.leaf("metrics", c.boolean, None)
         pod_defaults = self.pod_defaults(node) if "podDefaults" in node.names() else None
-        install_addon = self.install_addon(node, cluster)
-        for addon_key in sorted(node.names() & set(ADDON_KEYS)) if not install_addon else ():
+        install_addon = self.install_addon(node, cluster) if implementation == "hyperpod" else False
+        for addon_key in sorted(node.names() & set(ADDON_KEYS)) if not install_addon and implementation == "hyperpod" else ():
             self.problems.add(f"gateway.{addon_key}", node.structured.get(addon_key, node.flat.get(addon_key)),
                               "configures the HyperPod inference add-on, which this stack does not install here "
                               "(gateway.installAddon is false). Remove it, or set gateway.installAddon true.")
@@ -379,7 +439,7 @@ class _Parser:
         gated = node.leaf("gatedModelAccess", c.boolean, default_of(GatewaySettings, "gated_model_access"))
         execution_role = node.leaf("executionRoleArn", c.string(_execution_role_message), None)
         return GatewaySettings(name=name, implementation=implementation, bbr_enabled=bbr is True,
-                               bbr_replicas=bbr_replicas, tls_acm_arn=tls_arn, jwt=jwt, metrics=metrics,
+                               bbr_replicas=bbr_replicas, tls_acm_arn=tls_arn if implementation == "hyperpod" else None, jwt=jwt, metrics=metrics,
                                pod_defaults=pod_defaults, install_addon=install_addon, addon_version=addon_version,
                                load_balancer_controller=load_balancer is not False, keda=keda is True,
                                gated_model_access=gated is True,

@@ -365,7 +365,7 @@ def test_broken_stack_files_get_a_clear_error(tmp_path, body, expected):
 
 
 def test_unknown_stack_lists_the_known_ones():
-    with pytest.raises(SettingsError, match="stacks here: dev, existing"):
+    with pytest.raises(SettingsError, match="stacks here: dev, eks, existing"):
         load_stack("prod")
 
 

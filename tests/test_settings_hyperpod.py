@@ -185,3 +185,69 @@ def test_a_clone_at_another_commit_warns(tmp_path):
     assert len(warnings) == 1 and DEPENDENCIES_COMMIT in warnings[0]
     (clone / ".git" / "HEAD").write_text(DEPENDENCIES_COMMIT + "\n")
     assert check_dependencies_chart(settings.hyperpod, tmp_path, "us-west-2") == []
+
+
+PICKER_CONFIG = """\
+apiVersion: llm-d.ai/v1alpha1
+kind: EndpointPickerConfig
+plugins:
+- type: approx-prefix-cache-producer
+  parameters:
+    blockSizeTokens: 128
+    autoTune: false
+- type: prefix-cache-scorer
+- type: running-requests-size-scorer
+- type: max-score-picker
+schedulingProfiles:
+- name: default
+  plugins:
+  - pluginRef: prefix-cache-scorer
+    weight: 5
+  - pluginRef: running-requests-size-scorer
+    weight: 1.5
+  - pluginRef: max-score-picker
+"""
+
+
+def write_picker_config(tmp_path, text=PICKER_CONFIG):
+    path = tmp_path / "picker.yaml"
+    path.write_text(text)
+    return str(path)
+
+
+@pytest.mark.parametrize(("config", "key", "expected"), [
+    ({"weights.predictedLatency": "2"}, "weights.predictedLatency", "no open-source equivalent"),
+    ({"models": [{**SMALL, "weights": {"predictedLatency": 1}}]}, "models[0].weights.predictedLatency",
+     "latency-predictor sidecars"),
+    ({"models": [{**SMALL, "scheduler": "epp"}]}, "models[0].scheduler", "always runs the llm-d router"),
+    ({"models": [{**SMALL, "pickerConfigMap": {"name": "mine"}}]}, "models[0].pickerConfigMap.file",
+     "mounts only the ConfigMap it writes itself"),
+    ({"gateway.tls": "auto"}, "gateway.tls", "gateway.implementation llm-d has no such setting"),
+    ({"gateway.jwt": json.dumps({"issuer": "https://idp"})}, "gateway.jwt", "gateway.implementation llm-d"),
+    ({"gateway.installAddon": "true"}, "gateway.installAddon", "gateway.implementation llm-d"),
+    ({"platform": "hyperpod", "gateway.implementation": "llm-d"}, "gateway.implementation", "runs on platform eks"),
+])
+def test_what_the_open_source_picker_cannot_run_is_refused(config, key, expected):
+    models = config.pop("models", [SMALL])
+    refused = problems(models, **{"platform": "eks", **config})
+    assert key in refused, refused
+    assert expected in refused[key]
+
+
+def test_lru_is_accepted_by_the_llm_d_router_and_refused_with_the_epp_scheduler_on_hyperpod():
+    assert parse(platform="eks", **{"weights.lru": "1"}).models[0].effective_weights["lru"] == 1
+    assert "no-hit LRU scorer exists only in the llm-d picker" in problems(
+        [{**SMALL, "scheduler": "epp"}], **{"weights.lru": "1"})["models[0].scheduler"]
+
+
+def test_a_picker_config_file_is_read_and_checked_as_the_picker_loads_it(tmp_path):
+    settings = parse([{**SMALL, "pickerConfigMap": {"name": "mine", "file": write_picker_config(tmp_path)}}],
+                     platform="eks")
+    config_map = settings.models[0].picker_config_map
+    assert config_map.text == PICKER_CONFIG and config_map.key == "default-plugins.yaml"
+    broken = write_picker_config(tmp_path, PICKER_CONFIG.replace("blockSizeTokens", "blockSizeToken"))
+    refused = problems([{**SMALL, "pickerConfigMap": {"name": "mine", "file": broken}}], platform="eks")
+    assert "is not a valid EndpointPickerConfig" in refused["models[0].pickerConfigMap.file"]
+    assert "blockSizeToken" in refused["models[0].pickerConfigMap.file"]
+    missing = problems([{**SMALL, "pickerConfigMap": {"name": "mine", "file": str(tmp_path / "nope.yaml")}}])
+    assert "cannot be read" in missing["models[0].pickerConfigMap.file"]
