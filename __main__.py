@@ -10,7 +10,6 @@ from pathlib import Path
 import pulumi
 
 from components import platform
-from components.gateway.render import gateway_url_command
 from components.model_server import ModelNamespace, ModelServer
 from components.stack_config import project_config
 from settings import NAMESPACE, SettingsError, parse_settings
@@ -45,7 +44,7 @@ for model in settings.models:
                 gpu_node_selector=capacity.node_selector,
                 opts=in_cluster.merge(pulumi.ResourceOptions(depends_on=[namespace, *capacity.ready])))
 
-gateway = platform.endpoint_picker(settings, cluster, capacity, depends_on=[namespace])
+gateway = platform.endpoint_picker(settings, cluster, capacity, region=region, depends_on=[namespace])
 
 pulumi.export("platform", settings.platform)
 pulumi.export("clusterName", cluster.name)
@@ -57,4 +56,4 @@ pulumi.export("gatewayName", gateway.name)
 pulumi.export("effectiveWeights", {name: dict(weights) if weights is not None else "set by pickerConfigMap"
                                    for name, weights in settings.effective_weights.items()})
 pulumi.export("podSelectors", {m.name: dict(m.selector) for m in settings.models})
-pulumi.export("gatewayUrlCommand", gateway_url_command(settings))
+pulumi.export("gatewayUrlCommand", gateway.url_command)

@@ -11,9 +11,11 @@ import pulumi
 from components.addon import InferenceAddon
 from components.cluster import Cluster, ExistingCluster
 from components.gateway import Gateway
+from components.gateway_api import GatewayApiDataPlane
 from components.gpu_nodes import GpuNodes
 from components.gpu_nodes.render import node_selector
 from components.hyperpod import ExistingHyperPodCluster, HyperPodCluster
+from components.llmd_router import LlmdRouter
 from settings import Settings
 from settings.hyperpod import dependencies_chart_path
 
@@ -56,9 +58,19 @@ def gpu_capacity(settings: Settings, eks_cluster: Cluster | ExistingCluster, *, 
     return GpuCapacity()
 
 
-def endpoint_picker(settings: Settings, eks_cluster: Cluster | ExistingCluster, capacity: GpuCapacity,
-                    depends_on: list[pulumi.Resource]) -> Gateway:
+def endpoint_picker(settings: Settings, eks_cluster: Cluster | ExistingCluster, capacity: GpuCapacity, *,
+                    region: str, depends_on: list[pulumi.Resource]) -> Gateway | GatewayApiDataPlane:
+    """The gateway and one endpoint picker per model; the result has `name` and `url_command`."""
     in_cluster = pulumi.ResourceOptions(provider=eks_cluster.provider)
+    if settings.gateway.implementation == "llm-d":
+        data_plane = GatewayApiDataPlane(
+            "gateway-api", settings=settings, cluster_name=eks_cluster.name, region=region, vpc_id=eks_cluster.vpc_id,
+            oidc_provider_arn=eks_cluster.oidc_provider_arn, oidc_issuer_url=eks_cluster.oidc_issuer_url,
+            k8s_provider=eks_cluster.provider, depends_on=[*eks_cluster.ready, *depends_on])
+        for model in settings.models:
+            LlmdRouter(f"router-{model.name}", model=model, settings=settings,
+                       opts=in_cluster.merge(pulumi.ResourceOptions(depends_on=[*depends_on, *data_plane.ready])))
+        return data_plane
     gateway_dependencies = list(depends_on)
     if settings.gateway.install_addon:
         addon = InferenceAddon("inference-addon", settings=settings.gateway, cluster_name=eks_cluster.name,

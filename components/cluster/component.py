@@ -110,6 +110,7 @@ class Cluster(pulumi.ComponentResource):
         self.oidc_issuer_url = self.eks.oidc_provider_url
         self.security_group_id = self.eks.cluster_security_group_id
         self.subnet_ids = private_ids
+        self.vpc_id = vpc_id
         self.provider = k8s.Provider(f"{name}-k8s", kubeconfig=self.kubeconfig, opts=child)
         self.register_outputs({"name": self.name, "kubeconfig": self.kubeconfig})
 
@@ -155,10 +156,15 @@ class ExistingCluster(pulumi.ComponentResource):
             found.name, found.endpoint, found.certificate_authorities[0].data, region,
         ).apply(lambda args: render.exec_kubeconfig(*args)))
         self.oidc_issuer_url = found.identities[0].oidcs[0].issuer
+        self._found = found
         self.node_role = None
         self.ready: list[pulumi.Resource] = [self]
         self.provider = k8s.Provider(f"{name}-k8s", kubeconfig=self.kubeconfig, opts=pulumi.ResourceOptions(parent=self))
         self.register_outputs({"name": self.name, "kubeconfig": self.kubeconfig})
+
+    @property
+    def vpc_id(self) -> pulumi.Output[str]:
+        return self._found.vpc_config.vpc_id
 
     @functools.cached_property
     def oidc_provider_arn(self) -> pulumi.Output[str]:

@@ -28,4 +28,5 @@ class Gateway(pulumi.ComponentResource):
         # only once the gateway exists (and has reported Ready).
         gateway_name = settings.gateway.name
         self.name = self.config.id.apply(lambda _: gateway_name)
+        self.url_command = render.gateway_url_command(settings)
         self.register_outputs({"name": self.name})

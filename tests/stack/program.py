@@ -100,6 +100,7 @@ class CloudMocks(pulumi.runtime.Mocks):
                 "name": args.args.get("name"), "endpoint": "https://ABC.gr7.us-west-2.eks.amazonaws.com",
                 "certificateAuthorities": [{"data": "Q0E="}],
                 "identities": [{"oidcs": [{"issuer": "https://oidc.eks.us-west-2.amazonaws.com/id/ABC"}]}],
+                "vpcConfig": {"vpcId": "vpc-0123456789abcdef0"},
             },
             "aws:index/getCallerIdentity:getCallerIdentity": {"accountId": "123456789012", "arn": "arn:aws:iam::123456789012:user/ci",
                                                                "userId": "AIDA", "id": "123456789012"},
