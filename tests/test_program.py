@@ -377,3 +377,20 @@ def test_registered_kubernetes_objects_validate_against_the_api_schema(stack):
     assert {r.inputs["kind"] for r in core} >= {"Namespace", "Deployment", "Service"}
     for resource in core:
         kubernetes_schemas.validate(as_kubernetes_json(resource.inputs), "1.34.0", strict=True)
+
+
+def test_a_picker_config_file_becomes_the_configmap_the_scheduler_names(tmp_path):
+    from tests.test_settings_hyperpod import PICKER_CONFIG
+
+    path = tmp_path / "picker.yaml"
+    path.write_text(PICKER_CONFIG)
+    models = json.loads(SEED_STEP_5_CONFIG["models"])
+    models[0]["pickerConfigMap"] = {"name": "qwen-small-picker", "file": str(path)}
+    config = {k: v for k, v in SEED_STEP_5_CONFIG.items() if not k.startswith("weights.")}
+    run = run_program({**config, "models": json.dumps(models)}, stack="seed")
+    config_map = run.kubernetes_object("ConfigMap", "qwen-small-picker")
+    assert config_map["data"] == {"default-plugins.yaml": PICKER_CONFIG}
+    scheduler = run.named("gateway-config").inputs["spec"]["schedulers"][0]
+    assert scheduler["configMapRef"] == {"name": "qwen-small-picker", "key": "default-plugins.yaml"}
+    assert "weights" not in scheduler
+    assert "gateway-picker-0" in dependency_names(run, run.named("gateway-config"))

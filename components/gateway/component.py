@@ -14,6 +14,9 @@ class Gateway(pulumi.ComponentResource):
     def __init__(self, name: str, *, settings: Settings, opts: pulumi.ResourceOptions | None = None):
         super().__init__("inference-gateway:index:Gateway", name, None, opts)
         manifest = render.gateway_manifest(settings)
+        config_maps = [k8s.core.v1.ConfigMap(f"{name}-picker-{index}", metadata=config_map["metadata"],
+                                             data=config_map["data"], opts=pulumi.ResourceOptions(parent=self))
+                       for index, config_map in enumerate(render.picker_config_maps(settings))]
         # A plain CustomResource is patched in place on update: a weight change edits the live
         # object (no replacement, no delete-and-apply), and only this resource's inputs change.
         self.config = k8s.apiextensions.CustomResource(
@@ -22,7 +25,8 @@ class Gateway(pulumi.ComponentResource):
             kind=manifest["kind"],
             metadata=manifest["metadata"],
             spec=manifest["spec"],
-            opts=pulumi.ResourceOptions(parent=self),
+            # The pickers read their custom configuration at start: it must be there first.
+            opts=pulumi.ResourceOptions(parent=self, depends_on=config_maps),
         )
         # The name is known up front; tying it to the resource's id makes the output resolve
         # only once the gateway exists (and has reported Ready).

@@ -80,6 +80,14 @@ def gateway_manifest(settings: Settings) -> dict[str, Any]:
     }
 
 
+def picker_config_maps(settings: Settings) -> list[dict[str, Any]]:
+    """The ConfigMaps of custom picker configurations given as files; the schedulers' configMapRef names them."""
+    return [{"apiVersion": "v1", "kind": "ConfigMap",
+             "metadata": {"name": model.picker_config_map.name, "namespace": settings.namespace},
+             "data": {model.picker_config_map.key: model.picker_config_map.text}}
+            for model in settings.models if model.picker_config_map is not None and model.picker_config_map.text]
+
+
 def gateway_url_command(settings: Settings) -> str:
     """A shell command that prints the gateway's in-cluster URL (its Envoy Service lives in the system namespace)."""
     return (f"kubectl get svc -n {GATEWAY_SYSTEM_NAMESPACE} -l {GATEWAY_OWNER_LABEL}={settings.gateway.name} "
