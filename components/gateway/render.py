@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from settings import GATEWAY_OWNER_LABEL, GATEWAY_SYSTEM_NAMESPACE, ModelSettings, Settings
+from settings import ModelSettings, Settings
+from settings.endpoints import gateway_scheme, gateway_service
 
 API_VERSION = "inference.sagemaker.aws.amazon.com/v1alpha1"
 KIND = "InferenceGatewayConfig"
@@ -90,5 +91,6 @@ def picker_config_maps(settings: Settings) -> list[dict[str, Any]]:
 
 def gateway_url_command(settings: Settings) -> str:
     """A shell command that prints the gateway's in-cluster URL (its Envoy Service lives in the system namespace)."""
-    return (f"kubectl get svc -n {GATEWAY_SYSTEM_NAMESPACE} -l {GATEWAY_OWNER_LABEL}={settings.gateway.name} "
-            f"-o jsonpath='http://{{.items[0].metadata.name}}.{GATEWAY_SYSTEM_NAMESPACE}.svc.cluster.local{{\"\\n\"}}'")
+    service = gateway_service(settings)
+    return (f"kubectl get svc -n {service.namespace} -l {service.selector} -o jsonpath='{gateway_scheme(settings)}://"
+            f"{{.items[0].metadata.name}}.{service.namespace}.svc.cluster.local{{\"\\n\"}}'")
