@@ -8,6 +8,8 @@ counts §4, the dependencies chart §2.3).
 from __future__ import annotations
 
 import re
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -285,7 +287,7 @@ def check_dependencies_chart(hyperpod: HyperPodSettings | None, project_dir: Pat
         return []
     chart = dependencies_chart_path(hyperpod, project_dir)
     clone = chart.parent.parent
-    command = (f"python -m settings.hyperpod clone {hyperpod.dependencies_chart}` (or `git clone {DEPENDENCIES_REPO} "
+    command = (f"python -m settings clone-hyperpod-chart {hyperpod.dependencies_chart}` (or `git clone {DEPENDENCIES_REPO} "
                f"{hyperpod.dependencies_chart} && git -C {hyperpod.dependencies_chart} checkout {DEPENDENCIES_COMMIT}")
     manifest = chart / "Chart.yaml"
     message = None
@@ -337,22 +339,16 @@ def _ml_instance_type_message(value: str) -> str | None:
     return None
 
 
-def clone_dependencies_chart(destination: str) -> int:
-    """`python -m settings.hyperpod clone [DIR]`: the pinned clone the stack and the PR workflow use."""
-    import subprocess
-
+def clone_dependencies_chart(destination: str, repository: str = DEPENDENCIES_REPO) -> str:
+    """Clone (or move) the chart's repository to the pinned commit; returns what was done, or
+    raises RuntimeError saying what failed and how to do it by hand."""
     target = Path(destination)
-    if not (target / ".git").is_dir():
-        subprocess.run(["git", "clone", "--quiet", DEPENDENCIES_REPO, str(target)], check=True)
-    subprocess.run(["git", "-C", str(target), "checkout", "--quiet", DEPENDENCIES_COMMIT], check=True)
-    print(f"{target} is at {DEPENDENCIES_COMMIT}: set hyperpod.dependenciesChart to {target} (the default is "
-          f"{default_of(HyperPodSettings, 'dependencies_chart')}).")
-    return 0
-
-
-if __name__ == "__main__":
-    import sys
-
-    if len(sys.argv) not in (2, 3) or sys.argv[1] != "clone":
-        sys.exit(f"usage: python -m settings.hyperpod clone [DIR] (default {default_of(HyperPodSettings, 'dependencies_chart')})")
-    sys.exit(clone_dependencies_chart(sys.argv[2] if len(sys.argv) == 3 else default_of(HyperPodSettings, "dependencies_chart")))
+    steps = [] if (target / ".git").is_dir() else [["git", "clone", "--quiet", repository, str(target)]]
+    steps.append(["git", "-C", str(target), "checkout", "--quiet", DEPENDENCIES_COMMIT])
+    for step in steps:
+        result = subprocess.run(step, capture_output=True, text=True)
+        if result.returncode != 0:
+            raise RuntimeError(f"`{' '.join(step)}` failed ({result.stderr.strip() or f'exit {result.returncode}'}). "
+                               f"Clone {repository} at {DEPENDENCIES_COMMIT} into {target} by hand, or point "
+                               "hyperpod.dependenciesChart at a clone you have.")
+    return f"{target} is at {DEPENDENCIES_COMMIT}, the commit hyperpod.dependenciesChart expects."

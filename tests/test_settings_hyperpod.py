@@ -156,7 +156,7 @@ def test_a_missing_dependencies_chart_prints_the_clone_command(tmp_path):
     message = chart_problem(settings.hyperpod, tmp_path)
     assert "inference-gateway:hyperpod.dependenciesChart = 'vendor/hp-cli'" in message
     assert f"git -C vendor/hp-cli checkout {DEPENDENCIES_COMMIT}" in message
-    assert "python -m settings.hyperpod clone vendor/hp-cli" in message
+    assert "python -m settings clone-hyperpod-chart vendor/hp-cli" in message
 
 
 def test_an_empty_or_foreign_chart_directory_is_refused(tmp_path):
@@ -251,3 +251,28 @@ def test_a_picker_config_file_is_read_and_checked_as_the_picker_loads_it(tmp_pat
     assert "blockSizeToken" in refused["models[0].pickerConfigMap.file"]
     missing = problems([{**SMALL, "pickerConfigMap": {"name": "mine", "file": str(tmp_path / "nope.yaml")}}])
     assert "cannot be read" in missing["models[0].pickerConfigMap.file"]
+
+
+def test_the_clone_command_says_what_failed_and_how_to_do_it_by_hand(tmp_path):
+    import subprocess
+    import sys
+
+    from settings.hyperpod import clone_dependencies_chart
+
+    with pytest.raises(RuntimeError) as caught:
+        clone_dependencies_chart(str(tmp_path / "clone"), repository=str(tmp_path / "no-such-repository"))
+    assert "`git clone --quiet" in str(caught.value) and DEPENDENCIES_COMMIT in str(caught.value)
+    usage = subprocess.run([sys.executable, "-m", "settings"], capture_output=True, text=True,
+                           cwd=Path(__file__).parent.parent)
+    assert usage.returncode == 2 and "clone-hyperpod-chart [DIR]" in usage.stderr
+
+
+def test_the_clone_command_checks_out_the_pinned_commit_of_an_existing_clone(tmp_path):
+    import subprocess
+
+    from settings.hyperpod import clone_dependencies_chart
+
+    clone = tmp_path / "clone"
+    subprocess.run(["git", "init", "--quiet", str(clone)], check=True)
+    with pytest.raises(RuntimeError, match=f"checkout --quiet {DEPENDENCIES_COMMIT}"):
+        clone_dependencies_chart(str(clone))
