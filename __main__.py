@@ -41,8 +41,7 @@ namespace = ModelNamespace("models", namespace=settings.namespace, hf_token=hf_t
 
 for model in settings.models:
     ModelServer(f"model-{model.name}", model=model, namespace=settings.namespace, hf_token=settings.hf_token,
-                gpu_node_selector=capacity.node_selector,
-                opts=in_cluster.merge(pulumi.ResourceOptions(depends_on=[namespace, *capacity.ready])))
+                gpu_node_selector=capacity.node_selector, depends_on=[namespace, *capacity.ready], opts=in_cluster)
 
 gateway = platform.endpoint_picker(settings, cluster, capacity, region=region, depends_on=[namespace])
 

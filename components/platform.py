@@ -44,7 +44,7 @@ def gpu_capacity(settings: Settings, eks_cluster: Cluster | ExistingCluster, *, 
         hyperpod = HyperPodCluster(
             "hyperpod", settings=settings.hyperpod, eks_cluster_name=eks_cluster.name,
             subnet_ids=eks_cluster.subnet_ids, security_group_id=eks_cluster.security_group_id, region=region,
-            chart_path=dependencies_chart_path(settings.hyperpod, project_dir),
+            chart_path=dependencies_chart_path(settings.hyperpod, project_dir, relative=True),
             k8s_provider=eks_cluster.provider, depends_on=eks_cluster.ready)
         return GpuCapacity(ready=[hyperpod], node_selector=node_selector(), hyperpod=hyperpod)
     if settings.gpu_nodes is not None:
@@ -80,5 +80,4 @@ def endpoint_picker(settings: Settings, eks_cluster: Cluster | ExistingCluster, 
         gateway_dependencies.append(addon)
     # Depending on the add-on also orders the destroy: the gateway goes first, so its
     # controller can still remove the load balancer, security groups and certificate it made.
-    return Gateway("gateway", settings=settings,
-                   opts=in_cluster.merge(pulumi.ResourceOptions(depends_on=gateway_dependencies)))
+    return Gateway("gateway", settings=settings, depends_on=gateway_dependencies, opts=in_cluster)

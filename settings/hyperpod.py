@@ -219,35 +219,48 @@ class HyperPodParser:
         return tuple(taints)
 
 
+def free_gpus_after_placing(hyperpod: HyperPodSettings, models: tuple[ModelSettings, ...]) -> list[int] | None:
+    """Each instance's GPUs left once every replica has one instance's worth of GPUs, placed
+    largest first (as the scheduler would manage); None when some replica finds no instance."""
+    free = sorted((g.gpus_per_instance for g in hyperpod.instance_groups for _ in range(g.count)
+                   if g.gpus_per_instance), reverse=True)
+    for gpus in sorted((m.gpus for m in models for _ in range(m.replicas)), reverse=True):
+        slot = next((i for i, left in enumerate(free) if left >= gpus), None)
+        if slot is None:
+            return None
+        free[slot] -= gpus
+    return free
+
+
 def capacity_problems(hyperpod: HyperPodSettings, models: tuple[ModelSettings, ...], problems: Problems) -> None:
     """HyperPod groups are fixed in size: models that do not fit would stay Pending, so they are refused."""
     if hyperpod.existing or not hyperpod.instance_groups or not models:
         return
     wanted = sum(m.replicas * m.gpus for m in models)
-    available = hyperpod.gpus
     largest = max(g.gpus_per_instance for g in hyperpod.instance_groups)
     summary = ", ".join(f"{g.name}: {g.count} x {g.instance_type} = {g.gpus} GPUs" for g in hyperpod.instance_groups)
-    if wanted > available:
+    too_wide = [(index, m) for index, m in enumerate(models) if m.gpus > largest]
+    for index, model in too_wide:
+        problems.add(f"models[{index}].gpus", model.gpus,
+                     f"is more than any instance group's GPUs per instance ({largest}); a vLLM replica runs on "
+                     "one instance. Use a larger instance type or fewer GPUs.")
+    if not too_wide and free_gpus_after_placing(hyperpod, models) is None:
         problems.add("hyperpod.instanceGroups", f"<{summary}>",
-                     f"hold {available} GPUs, but the models ask for {wanted} (replicas x gpus), and HyperPod does not "
-                     "add instances on its own. Raise a GPU group's count or use a larger type, or lower "
-                     "models[].replicas.")
-    for index, model in enumerate(models):
-        if model.gpus > largest:
-            problems.add(f"models[{index}].gpus", model.gpus,
-                         f"is more than any instance group's GPUs per instance ({largest}); a vLLM replica runs on "
-                         "one instance. Use a larger instance type or fewer GPUs.")
+                     f"cannot hold the models' replicas: they ask for {wanted} GPUs (replicas x gpus, each replica on "
+                     f"one instance) and the groups have {hyperpod.gpus}; HyperPod does not add instances on its "
+                     "own. Raise a GPU group's count or use a larger type, or lower models[].replicas.")
 
 
 def hyperpod_warnings(hyperpod: HyperPodSettings, models: tuple[ModelSettings, ...]) -> list[str]:
     warnings = []
     if hyperpod.existing or not hyperpod.instance_groups:
         return warnings
-    wanted = sum(m.replicas * m.gpus for m in models)
-    if models and wanted == hyperpod.gpus:
-        warnings.append(f"the models use all {wanted} GPUs of the HyperPod instance groups, so a rolling update "
-                        "(which starts the new pod before stopping an old one) cannot place its new pod. Add one "
-                        "GPU of spare capacity to a GPU group.")
+    free = free_gpus_after_placing(hyperpod, models) if models else None
+    widest = max((m.gpus for m in models), default=0)
+    if free is not None and not any(left >= widest for left in free):
+        warnings.append(f"the models leave no instance with {widest} free GPU(s), so a rolling update (which starts "
+                        "the new pod before stopping an old one) cannot place its new pod. Add one replica's worth "
+                        "of spare GPUs to a GPU group.")
     if not any(g.gpus_per_instance == 0 and g.count > 0 for g in hyperpod.instance_groups):
         warnings.append("no HyperPod instance group without GPUs: the inference add-on's operator alone needs at least "
                         f"13 pods, and AWS recommends {RECOMMENDED_SYSTEM_TYPE} or larger for it. Add a CPU group, "
@@ -271,9 +284,14 @@ def picker_replica_warnings(models: tuple[ModelSettings, ...]) -> list[str]:
     return warnings
 
 
-def dependencies_chart_path(hyperpod: HyperPodSettings, project_dir: Path) -> Path:
+def dependencies_chart_path(hyperpod: HyperPodSettings, project_dir: Path, *, relative: bool = False) -> Path:
+    """The chart's directory; with `relative`, as a path from the project directory when it lies
+    inside it (what `pulumi up` runs in), so state and diffs do not depend on where the checkout is."""
     root = Path(hyperpod.dependencies_chart).expanduser()
-    return (root if root.is_absolute() else project_dir / root) / DEPENDENCIES_CHART_DIR
+    chart = (root if root.is_absolute() else project_dir / root) / DEPENDENCIES_CHART_DIR
+    if relative and chart.resolve().is_relative_to(project_dir.resolve()):
+        return chart.resolve().relative_to(project_dir.resolve())
+    return chart
 
 
 def check_dependencies_chart(hyperpod: HyperPodSettings | None, project_dir: Path, region: str | None) -> list[str]:
@@ -287,8 +305,9 @@ def check_dependencies_chart(hyperpod: HyperPodSettings | None, project_dir: Pat
         return []
     chart = dependencies_chart_path(hyperpod, project_dir)
     clone = chart.parent.parent
-    command = (f"python -m settings clone-hyperpod-chart {hyperpod.dependencies_chart}` (or `git clone {DEPENDENCIES_REPO} "
-               f"{hyperpod.dependencies_chart} && git -C {hyperpod.dependencies_chart} checkout {DEPENDENCIES_COMMIT}")
+    command = (f"python -m settings clone-hyperpod-chart {hyperpod.dependencies_chart}` (or by hand: `git clone "
+               f"{DEPENDENCIES_REPO} {hyperpod.dependencies_chart} && git -C {hyperpod.dependencies_chart} checkout "
+               f"{DEPENDENCIES_COMMIT}")
     manifest = chart / "Chart.yaml"
     message = None
     if not manifest.is_file():

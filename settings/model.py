@@ -34,6 +34,14 @@ PLATFORMS = ("hyperpod", "eks")
 # the open-source llm-d router behind a Gateway API data plane.
 GATEWAY_IMPLEMENTATIONS = ("hyperpod", "llm-d")
 DEFAULT_IMPLEMENTATION = MappingProxyType({"hyperpod": "hyperpod", "eks": "llm-d"})
+# The EKS add-ons the HyperPod inference operator fails to install without, at the versions
+# AWS's own install pins (the newest figures the reference has; no minimum is published).
+DEPENDENCY_ADDON_MINIMUMS: Mapping[str, str] = MappingProxyType({
+    "aws-mountpoint-s3-csi-driver": "v1.14.1-eksbuild.1",
+    "aws-fsx-csi-driver": "v1.6.0-eksbuild.1",
+    "metrics-server": "v0.7.2-eksbuild.4",
+    "cert-manager": "v1.18.2-eksbuild.2",
+})
 # The controller runs this many pickers per scheduler when `replicas` is not set.
 DEFAULT_PICKER_REPLICAS = 2
 
@@ -133,6 +141,8 @@ class GatewaySettings:
     gated_model_access: bool = False
     # The add-on's execution role, when the user brings their own instead of the stack's.
     execution_role_arn: str | None = None
+    # Versions of the add-on's dependency add-ons, the pinned minimums unless raised.
+    dependency_addon_versions: Mapping[str, str] = field(default_factory=lambda: DEPENDENCY_ADDON_MINIMUMS)
 
 
 @dataclass(frozen=True)

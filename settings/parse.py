@@ -18,6 +18,7 @@ from .errors import HIDDEN, NOT_SET, SettingsError
 from .model import (
     DEFAULT_IMPLEMENTATION,
     DEFAULT_NAMESPACE,
+    DEPENDENCY_ADDON_MINIMUMS,
     DEFAULT_VLLM_IMAGE,
     GATEWAY_IMPLEMENTATIONS,
     WEIGHT_NAMES,
@@ -67,9 +68,10 @@ MODEL_KEYS = ("name", "model", "deployment", "replicas", "image", "gpus", "cpu",
               "gpuMemoryUtilization", "extraArgs", "scheduler", "weights", "pickerConfigMap",
               "loraAdapters", "pickerReplicas", "routeTimeout", "logLevel")
 GATEWAY_KEYS = ("name", "implementation", "bbr", "bbrReplicas", "tls", "jwt", "metrics", "podDefaults", "installAddon",
-                "addonVersion", "loadBalancerController", "keda", "gatedModelAccess", "executionRoleArn")
+                "addonVersion", "loadBalancerController", "keda", "gatedModelAccess", "executionRoleArn",
+                "dependencyAddonVersions")
 # Keys of the HyperPod inference add-on, which only mean something when the stack installs it.
-ADDON_KEYS = ("addonVersion", "keda", "gatedModelAccess", "executionRoleArn")
+ADDON_KEYS = ("addonVersion", "keda", "gatedModelAccess", "executionRoleArn", "dependencyAddonVersions")
 # Fields of the InferenceGatewayConfig and its add-on, with no counterpart in the open-source stack.
 HYPERPOD_GATEWAY_KEYS = ("tls", "jwt", "metrics", "podDefaults", "installAddon", *ADDON_KEYS)
 # The add-on accepts only an execution role whose name starts with this (its chart's rule under isAddOn).
@@ -205,7 +207,8 @@ class _Parser:
         warnings = list(self.warnings(gateway, models, gpu_nodes))
         if hyperpod is not None:
             warnings += hyperpod_warnings(hyperpod, models)
-        warnings += picker_replica_warnings(models)
+        if gateway.implementation == "hyperpod":
+            warnings += picker_replica_warnings(models)
         return Settings(stack=stack, namespace=namespace, models=models, gateway=gateway, cluster=cluster,
                         gpu_nodes=gpu_nodes, platform=platform, hyperpod=hyperpod, hf_token=hf_token,
                         warnings=tuple(warnings))
@@ -333,7 +336,7 @@ class _Parser:
                               f"cannot use the lru weight set by {where}: the no-hit LRU scorer exists only in "
                               "the llm-d picker (CRD rule). Use scheduler 'llm-d' or remove the lru weight.")
         if implementation == "llm-d":
-            self.open_source_picker_rules(key, entry, scheduler, own_weights, weights, config_map)
+            self.open_source_picker_rules(key, entry, scheduler, own_weights, weights, config_map, picker_replicas)
         if len(self.problems.items) > before:
             return None
         return ModelSettings(
@@ -344,7 +347,8 @@ class _Parser:
             lora_adapters=loras, picker_replicas=picker_replicas, route_timeout=route_timeout, log_level=log_level)
 
     def open_source_picker_rules(self, key: str, entry: dict, scheduler: Any, own_weights: dict[str, int],
-                                 weights: dict[str, int], config_map: PickerConfigMap | None) -> None:
+                                 weights: dict[str, int], config_map: PickerConfigMap | None,
+                                 picker_replicas: Any) -> None:
         """What gateway.implementation llm-d cannot run: it deploys the llm-d router and nothing else."""
         if "scheduler" in entry and scheduler != "llm-d":
             self.problems.add(f"{key}.scheduler", scheduler,
@@ -356,6 +360,11 @@ class _Parser:
                               "has no open-source equivalent here: the llm-d router's latency scorer needs the "
                               "latency-predictor sidecars, which replace the whole scoring profile. Set it to 0 or "
                               "remove it on gateway.implementation llm-d.")
+        if isinstance(picker_replicas, int) and picker_replicas > 1:
+            self.problems.add(f"{key}.pickerReplicas", picker_replicas,
+                              "must be 1 on gateway.implementation llm-d: above one the router's pickers elect a "
+                              "leader, only the leader serves, and the standbys never report Ready, so the rollout "
+                              "(and `pulumi up`) would never finish. Remove the key.")
         if config_map is not None and config_map.file is None:
             self.problems.add(f"{key}.pickerConfigMap.file", NOT_SET,
                               "is required on gateway.implementation llm-d: the llm-d router's chart mounts only the "
@@ -438,12 +447,31 @@ class _Parser:
         keda = node.leaf("keda", c.boolean, default_of(GatewaySettings, "keda"))
         gated = node.leaf("gatedModelAccess", c.boolean, default_of(GatewaySettings, "gated_model_access"))
         execution_role = node.leaf("executionRoleArn", c.string(_execution_role_message), None)
+        dependency_versions = self.dependency_addon_versions(node.child("dependencyAddonVersions"))
         return GatewaySettings(name=name, implementation=implementation, bbr_enabled=bbr is True,
                                bbr_replicas=bbr_replicas, tls_acm_arn=tls_arn if implementation == "hyperpod" else None, jwt=jwt, metrics=metrics,
                                pod_defaults=pod_defaults, install_addon=install_addon, addon_version=addon_version,
                                load_balancer_controller=load_balancer is not False, keda=keda is True,
                                gated_model_access=gated is True,
-                               execution_role_arn=execution_role if isinstance(execution_role, str) else None)
+                               execution_role_arn=execution_role if isinstance(execution_role, str) else None,
+                               dependency_addon_versions=dependency_versions)
+
+    def dependency_addon_versions(self, node: ConfigNode) -> Mapping[str, str]:
+        """The pinned versions, raised where the user asks (EKS offers each version only for some
+        Kubernetes versions: `aws eks describe-addon-versions --addon-name <name>` lists them)."""
+        node.reject_unknown(DEPENDENCY_ADDON_MINIMUMS)
+        versions = dict(DEPENDENCY_ADDON_MINIMUMS)
+        for name, minimum in DEPENDENCY_ADDON_MINIMUMS.items():
+            version = node.leaf(name, self.coerce.string(_addon_version_message), MISSING)
+            if version is MISSING:
+                continue
+            if _addon_version_key(version) < _addon_version_key(minimum):
+                self.problems.add(node.child_key(name), version,
+                                  f"is older than {minimum}, the version AWS's own install uses with the inference "
+                                  "add-on. Use that or newer.")
+                continue
+            versions[name] = version
+        return frozen_mapping(versions)
 
     def implementation(self, node: ConfigNode, platform: str) -> str:
         implementation = node.leaf("implementation", self.coerce.choice(GATEWAY_IMPLEMENTATIONS),
@@ -732,6 +760,11 @@ def _tls_message(value: str) -> str | None:
         return None
     return ("must be auto (a certificate issued by cert-manager and imported to ACM) or an ACM certificate "
             "ARN such as arn:aws:acm:us-west-2:123456789012:certificate/<id>.")
+
+
+def _addon_version_key(version: str) -> tuple[int, ...]:
+    """v1.18.2-eksbuild.2 -> (1, 18, 2, 2), to compare EKS add-on versions."""
+    return tuple(int(part) for part in re.findall(r"[0-9]+", version))
 
 
 def _execution_role_message(value: str) -> str | None:

@@ -59,7 +59,9 @@ def test_dev_runs_the_seed_on_a_hyperpod_cluster_orchestrated_by_the_eks_cluster
     script = run.named("hyperpod-on-create").inputs
     assert script["key"] == "lifecycle/on_create.sh" and script["content"].startswith("#!/bin/bash")
     chart = run.named("hyperpod-dependencies").inputs
-    assert chart["chart"].endswith("helm_chart/HyperPodHelmChart") and chart["namespace"] == "kube-system"
+    # Relative to the project, so state and diffs do not depend on where the checkout lives.
+    assert chart["chart"] == "tests/fixtures/sagemaker-hyperpod-cli/helm_chart/HyperPodHelmChart"
+    assert chart["namespace"] == "kube-system"
     assert chart["values"]["nvidia-device-plugin"]["devicePlugin"]["enabled"] is True
     assert run.outputs["hyperpodClusterArn"] == HYPERPOD_ARN
     deployment = run.kubernetes_object("Deployment", "vllm-qwen-small")["spec"]["template"]["spec"]
@@ -122,7 +124,11 @@ def test_a_users_execution_role_replaces_the_stacks():
     arn = "arn:aws:iam::123456789012:role/SageMakerHyperPodInference-team"
     run = run_program({**config, "gateway": {**config["gateway"], "executionRoleArn": arn}}, stack="dev")
     assert json.loads(run.named("inference-addon-addon").inputs["configurationValues"])["executionRoleArn"] == arn
-    assert not any(r.name.startswith("inference-addon-execution") for r in run.resources)
+    assert not any(r.name.startswith("inference-addon-execution-role") for r in run.resources)
+    # The controller still writes its certificates to the stack's bucket, so that role may.
+    grant = run.named("inference-addon-execution-tls-bucket").inputs
+    assert grant["role"] == "SageMakerHyperPodInference-team"
+    assert json.loads(grant["policy"])["Statement"][1]["Resource"] == ["arn:aws:s3:::inference-addon-tls-bucket-0123/*"]
 
 
 def test_buckets_are_private_encrypted_tls_only_and_emptied_on_destroy():
@@ -184,6 +190,8 @@ def test_the_execution_role_may_read_its_lifecycle_bucket_and_use_pod_identity_o
     statements = json.loads(run.named("hyperpod-execution-policy").inputs["policy"])["Statement"]
     by_action = {action: s["Resource"] for s in statements for action in s["Action"]}
     assert by_action["eks-auth:AssumeRoleForPodIdentity"] == ["arn:aws:eks:us-west-2:123456789012:cluster/inference-dev"]
+    assert "arn:aws:ec2:us-west-2:123456789012:security-group/sg-0123456789abcdef0" in by_action["ec2:CreateNetworkInterface"]
+    assert not any(arn.endswith(("subnet/*", "security-group/*")) for arn in by_action["ec2:CreateNetworkInterface"])
     assert by_action["s3:GetObject"] == ["arn:aws:s3:::hyperpod-lifecycle-bucket-0123",
                                          "arn:aws:s3:::hyperpod-lifecycle-bucket-0123/*"]
 
@@ -203,10 +211,9 @@ def test_creation_order_follows_the_documented_dependencies():
         assert "hyperpod-cluster" in after(dependency), dependency
     assert {"inference-addon-execution-managed", "inference-addon-execution-policy",
             "inference-addon-tls-tls-only"} <= after("inference-addon-addon")
-    # The gateway's component carries its dependencies for every child, the gateway resource included.
-    assert "inference-addon-addon" in after("gateway")
-    for server in run.of_type("inference-gateway:index:ModelServer"):
-        assert "hyperpod-cluster" in dependency_names(run, server)
+    assert "inference-addon-addon" in after("gateway-config")
+    for deployment in run.of_type("kubernetes:apps/v1:Deployment"):
+        assert "hyperpod-cluster" in dependency_names(run, deployment)
 
 
 def test_seed_step_5_renders_the_newest_workshops_spec_and_deployment():
@@ -292,7 +299,7 @@ def test_bad_config_registers_no_resource():
      "HyperPod takes only ml.* types"),
     ({"hyperpod": {"instanceGroups": [{"name": "gpu", "instanceType": "ml.g5.xlarge", "count": 1},
                                       {"name": "system", "instanceType": "ml.c5.4xlarge", "count": 1}]}},
-     "hold 1 GPUs, but the models ask for 2"),
+     "they ask for 2 GPUs (replicas x gpus, each replica on one instance) and the groups have 1"),
     ({"gateway.executionRoleArn": "arn:aws:iam::123456789012:role/inference"}, "starts with SageMakerHyperPodInference"),
 ])
 def test_refused_config_declares_nothing(config, expected):
@@ -338,9 +345,9 @@ def test_node_groups_wait_for_their_iam_policies():
 def test_model_servers_wait_for_gpu_nodes_and_allow_a_slow_first_rollout():
     config, _ = from_stack_file("eks")
     run = run_program(config, stack="eks")
-    for server in run.of_type("inference-gateway:index:ModelServer"):
+    for deployment in run.of_type("kubernetes:apps/v1:Deployment"):
         # Depending on the GpuNodes component means depending on each of its children.
-        assert {"gpu-nodes-group", "gpu-nodes-device-plugin"} <= dependency_names(run, server)
+        assert {"gpu-nodes-group", "gpu-nodes-device-plugin"} <= dependency_names(run, deployment)
     for deployment in run.of_type("kubernetes:apps/v1:Deployment"):
         assert deployment.options["customTimeouts"] == {"create": "40m", "update": "40m"}
 
@@ -394,3 +401,19 @@ def test_a_picker_config_file_becomes_the_configmap_the_scheduler_names(tmp_path
     assert scheduler["configMapRef"] == {"name": "qwen-small-picker", "key": "default-plugins.yaml"}
     assert "weights" not in scheduler
     assert "gateway-picker-0" in dependency_names(run, run.named("gateway-config"))
+
+
+def test_the_load_balancer_controller_may_do_what_an_internal_nlb_needs():
+    config, _ = from_stack_file("dev")
+    run = run_program(config, stack="dev")
+    statements = json.loads(run.named("inference-addon-load-balancer-controller-policy").inputs["policy"])["Statement"]
+    granted = {action for s in statements for action in s["Action"]}
+    for needed in ("elasticloadbalancing:CreateLoadBalancer", "elasticloadbalancing:CreateListener",
+                   "elasticloadbalancing:CreateTargetGroup", "elasticloadbalancing:RegisterTargets",
+                   "elasticloadbalancing:AddTags", "elasticloadbalancing:ModifyListenerAttributes",
+                   "ec2:CreateSecurityGroup", "ec2:AuthorizeSecurityGroupIngress", "ec2:DescribeSubnets"):
+        assert needed in granted, needed
+    # Deleting is for what the controller made: its own tag must be on the resource.
+    deletes = [s for s in statements if "elasticloadbalancing:DeleteLoadBalancer" in s["Action"]
+               or "ec2:DeleteSecurityGroup" in s["Action"]]
+    assert deletes and all(s["Condition"] == {"Null": {"aws:ResourceTag/elbv2.k8s.aws/cluster": "false"}} for s in deletes)

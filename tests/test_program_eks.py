@@ -137,3 +137,11 @@ def test_lru_on_a_picker_without_the_plugin_declares_nothing():
     models = [{**config["models"][1], "scheduler": "epp"}]
     resources, message = registered_before_refusal({**config, "models": models, "weights.lru": "1"})
     assert resources == [] and "no-hit LRU scorer exists only in the llm-d picker" in message
+
+
+def test_without_the_load_balancer_controller_the_gateway_stays_in_the_cluster():
+    config, _ = from_stack_file("eks")
+    run = run_program({**config, "gateway": {**config["gateway"], "loadBalancerController": False}}, stack="eks")
+    annotations = run.kubernetes_object("Gateway", "inference-gateway")["spec"]["infrastructure"]["annotations"]
+    assert annotations == {"networking.istio.io/service-type": "ClusterIP"}
+    assert not any("load-balancer-controller" in r.name for r in run.resources)

@@ -64,7 +64,7 @@ def test_plain_eks_defaults_to_the_open_source_picker_and_managed_gpu_nodes():
     ({"hyperpod": groups(("gpu", "ml.g5.12xlarge", 1), ("gpu", "ml.c5.4xlarge", 1))}, "hyperpod.instanceGroups[1].name",
      "each instance group needs its own name"),
     ({"hyperpod": groups(("gpu", "ml.g5.xlarge", 2), ("system", "ml.c5.4xlarge", 1))}, "hyperpod.instanceGroups",
-     "hold 2 GPUs, but the models ask for 3"),
+     "they ask for 3 GPUs (replicas x gpus, each replica on one instance) and the groups have 2"),
     ({"hyperpod": {"instanceGroups": [{"name": "gpu", "instanceType": "ml.g5.12xlarge"}]}},
      "hyperpod.instanceGroups[0].count", "is required"),
     ({"hyperpod": {"instanceGroups": [{"name": "gpu", "instanceType": "ml.g5.12xlarge", "count": 1,
@@ -131,6 +131,7 @@ def test_groups_without_spare_gpu_or_cpu_group_warn():
 
 
 def test_several_pickers_with_prefix_scoring_warn_that_each_learns_its_own_index():
+    assert not any("own prefix index" in w for w in parse(platform="eks").warnings)
     assert any("own prefix index" in w for w in parse().warnings)
     assert any("own prefix index" in w for w in parse([{**SMALL, "pickerReplicas": 3}]).warnings)
     assert not any("own prefix index" in w for w in parse([{**SMALL, "pickerReplicas": 1}]).warnings)
@@ -226,6 +227,7 @@ def write_picker_config(tmp_path, text=PICKER_CONFIG):
     ({"gateway.jwt": json.dumps({"issuer": "https://idp"})}, "gateway.jwt", "gateway.implementation llm-d"),
     ({"gateway.installAddon": "true"}, "gateway.installAddon", "gateway.implementation llm-d"),
     ({"platform": "hyperpod", "gateway.implementation": "llm-d"}, "gateway.implementation", "runs on platform eks"),
+    ({"models": [{**SMALL, "pickerReplicas": 2}]}, "models[0].pickerReplicas", "only the leader serves"),
 ])
 def test_what_the_open_source_picker_cannot_run_is_refused(config, key, expected):
     models = config.pop("models", [SMALL])
@@ -276,3 +278,24 @@ def test_the_clone_command_checks_out_the_pinned_commit_of_an_existing_clone(tmp
     subprocess.run(["git", "init", "--quiet", str(clone)], check=True)
     with pytest.raises(RuntimeError, match=f"checkout --quiet {DEPENDENCIES_COMMIT}"):
         clone_dependencies_chart(str(clone))
+
+
+def test_replicas_are_placed_per_instance_not_by_the_gpu_total():
+    # 12 GPUs in all, but three 3-GPU replicas per 4-GPU instance would need 4 instances.
+    wide = {**LARGE, "replicas": 4, "gpus": 3}
+    refused = problems([wide], hyperpod=groups(("gpu", "ml.g5.12xlarge", 3), ("system", "ml.c5.4xlarge", 1)))
+    assert "cannot hold the models' replicas" in refused["hyperpod.instanceGroups"]
+    fits = parse([{**wide, "replicas": 3}], hyperpod=groups(("gpu", "ml.g5.12xlarge", 4), ("system", "ml.c5.4xlarge", 1)))
+    assert not any("rolling update" in w for w in fits.warnings)
+    tight = parse([{**wide, "replicas": 3}], hyperpod=groups(("gpu", "ml.g5.12xlarge", 3), ("system", "ml.c5.4xlarge", 1)))
+    assert any("no instance with 3 free GPU(s)" in w for w in tight.warnings)
+
+
+def test_dependency_addon_versions_can_be_raised_never_lowered():
+    raised = parse(gateway={"dependencyAddonVersions": {"cert-manager": "v1.19.1-eksbuild.1"}})
+    assert raised.gateway.dependency_addon_versions["cert-manager"] == "v1.19.1-eksbuild.1"
+    assert raised.gateway.dependency_addon_versions["metrics-server"] == "v0.7.2-eksbuild.4"
+    refused = problems(gateway={"dependencyAddonVersions": {"cert-manager": "v1.17.0-eksbuild.1",
+                                                            "cert-manger": "v1.19.1-eksbuild.1"}})
+    assert "is older than v1.18.2-eksbuild.2" in refused["gateway.dependencyAddonVersions.cert-manager"]
+    assert "Did you mean 'cert-manager'" in refused["gateway.dependencyAddonVersions.cert-manger"]

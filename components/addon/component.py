@@ -27,16 +27,17 @@ class InferenceAddon(pulumi.ComponentResource):
 
         # Every dependency runs pods, so it can go ACTIVE only once the nodes are there.
         dependencies = []
-        for addon in render.DEPENDENCY_ADDONS:
+        for addon_name, version in settings.dependency_addon_versions.items():
             role_arn = None
-            if addon.role is not None:
-                role, attached = self._role(f"{name}-{addon.name}", addon.role, inline=(
-                    self._partition.apply(render.s3_csi_policy) if addon.role is render.S3_CSI else None))
+            if addon_name in render.DEPENDENCY_ROLES:
+                role_spec = render.DEPENDENCY_ROLES[addon_name]
+                role, attached = self._role(f"{name}-{addon_name}", role_spec, inline=(
+                    self._partition.apply(render.s3_csi_policy) if role_spec is render.S3_CSI else None))
                 role_arn = role.arn
                 granted += attached
             dependencies.append(aws.eks.Addon(
-                f"{name}-{addon.name}", cluster_name=cluster_name, addon_name=addon.name,
-                addon_version=addon.version, service_account_role_arn=role_arn,
+                f"{name}-{addon_name}", cluster_name=cluster_name, addon_name=addon_name,
+                addon_version=version, service_account_role_arn=role_arn,
                 resolve_conflicts_on_create="OVERWRITE", resolve_conflicts_on_update="OVERWRITE",
                 opts=pulumi.ResourceOptions(parent=self, depends_on=[*depends_on, *granted],
                                             custom_timeouts=pulumi.CustomTimeouts(create=render.ADDON_TIMEOUT))))
@@ -44,6 +45,11 @@ class InferenceAddon(pulumi.ComponentResource):
         self.tls_bucket = PrivateBucket(f"{name}-tls", purpose="hyperpod-inference-tls-certificates", opts=self._child)
         if settings.execution_role_arn is not None:
             execution_role_arn = pulumi.Output.from_input(settings.execution_role_arn)
+            # The controller writes the certificates it issues to the bucket this stack made, so
+            # your role is granted that bucket (an inline policy, removed with the stack).
+            granted.append(aws.iam.RolePolicy(
+                f"{name}-execution-tls-bucket", role=render.role_name(settings.execution_role_arn),
+                policy=self.tls_bucket.arn.apply(render.tls_bucket_policy), opts=self._child))
         else:
             execution, attached = self._role(
                 f"{name}-execution", render.EXECUTION, name_prefix=render.EXECUTION_ROLE_PREFIX,

@@ -20,7 +20,6 @@ ADDON_TIMEOUT = "40m"
 # The add-on refuses an execution role whose name does not start with this.
 EXECUTION_ROLE_PREFIX = "SageMakerHyperPodInference-"
 
-SAGEMAKER_SERVICE = "sagemaker.amazonaws.com"
 KUBE_SYSTEM = "kube-system"
 
 
@@ -49,20 +48,8 @@ S3_CSI = ServiceAccountRole(KUBE_SYSTEM, "s3-csi-driver-sa")
 FSX_CSI = ServiceAccountRole(KUBE_SYSTEM, "fsx-csi-controller-sa", "AmazonFSxFullAccess")
 
 
-@dataclass(frozen=True)
-class DependencyAddon:
-    name: str
-    # The versions AWS's own install pins; the operator fails to install without these add-ons.
-    version: str
-    role: ServiceAccountRole | None = None
-
-
-DEPENDENCY_ADDONS = (
-    DependencyAddon("aws-mountpoint-s3-csi-driver", "v1.14.1-eksbuild.1", S3_CSI),
-    DependencyAddon("aws-fsx-csi-driver", "v1.6.0-eksbuild.1", FSX_CSI),
-    DependencyAddon("metrics-server", "v0.7.2-eksbuild.4"),
-    DependencyAddon("cert-manager", "v1.18.2-eksbuild.2"),
-)
+# Which role each dependency add-on's service account gets (metrics-server and cert-manager need none).
+DEPENDENCY_ROLES = {"aws-mountpoint-s3-csi-driver": S3_CSI, "aws-fsx-csi-driver": FSX_CSI}
 
 
 def trust_policy(role: ServiceAccountRole, oidc_provider_arn: str, oidc_issuer_url: str) -> str:
@@ -70,8 +57,13 @@ def trust_policy(role: ServiceAccountRole, oidc_provider_arn: str, oidc_issuer_u
     statements = [iam.service_account_trust_statement(oidc_provider_arn, oidc_issuer_url, subject,
                                                       wildcard=role.wildcard)]
     if role.also_sagemaker:
-        statements.insert(0, iam.service_trust_statement(SAGEMAKER_SERVICE))
-    return iam.trust_policy(*statements)
+        statements.insert(0, iam.service_trust_statement(iam.SAGEMAKER_SERVICE))
+    return iam.policy(*statements)
+
+
+def role_name(role_arn: str) -> str:
+    """The role's name: the last part of its ARN's path."""
+    return role_arn.rsplit("/", 1)[-1]
 
 
 def tls_bucket_policy(bucket_arn: str) -> str:

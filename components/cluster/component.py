@@ -10,7 +10,7 @@ import pulumi_eks as eks
 import pulumi_kubernetes as k8s
 
 from components.gpu_nodes.render import NODE_POOL_LABEL
-from components.iam.render import managed_policy_arn, service_trust_statement, trust_policy
+from components.iam.render import managed_policy_arn, policy, service_trust_statement
 from settings import ClusterSettings
 
 from . import render
@@ -117,7 +117,7 @@ class Cluster(pulumi.ComponentResource):
     def _node_role(self, name: str) -> tuple[aws.iam.Role, list[pulumi.Resource]]:
         """The managed node groups' role; on HyperPod the instances use HyperPod's execution role."""
         child = pulumi.ResourceOptions(parent=self)
-        role = aws.iam.Role(f"{name}-node-role", assume_role_policy=trust_policy(service_trust_statement("ec2.amazonaws.com")),
+        role = aws.iam.Role(f"{name}-node-role", assume_role_policy=policy(service_trust_statement("ec2.amazonaws.com")),
                             opts=child)
         partition = aws.get_partition_output().partition
         # Node groups wait for these: nodes launched before the role can join fail, and on

@@ -11,8 +11,12 @@ from . import render
 
 
 class Gateway(pulumi.ComponentResource):
-    def __init__(self, name: str, *, settings: Settings, opts: pulumi.ResourceOptions | None = None):
+    def __init__(self, name: str, *, settings: Settings, depends_on: list[pulumi.Resource],
+                 opts: pulumi.ResourceOptions | None = None):
         super().__init__("inference-gateway:index:Gateway", name, None, opts)
+        # On the resource itself, not only the component: the engine orders each resource by its
+        # own dependencies (the add-on before the gateway on create, after it on destroy).
+        dependencies = list(depends_on)
         manifest = render.gateway_manifest(settings)
         config_maps = [k8s.core.v1.ConfigMap(f"{name}-picker-{index}", metadata=config_map["metadata"],
                                              data=config_map["data"], opts=pulumi.ResourceOptions(parent=self))
@@ -26,7 +30,7 @@ class Gateway(pulumi.ComponentResource):
             metadata=manifest["metadata"],
             spec=manifest["spec"],
             # The pickers read their custom configuration at start: it must be there first.
-            opts=pulumi.ResourceOptions(parent=self, depends_on=config_maps),
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[*config_maps, *dependencies]),
         )
         # The name is known up front; tying it to the resource's id makes the output resolve
         # only once the gateway exists (and has reported Ready).

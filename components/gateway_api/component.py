@@ -64,7 +64,7 @@ class GatewayApiDataPlane(pulumi.ComponentResource):
         subject = iam.service_account_subject(render.LOAD_BALANCER_CONTROLLER_NAMESPACE,
                                               render.LOAD_BALANCER_CONTROLLER_SERVICE_ACCOUNT)
         trust = pulumi.Output.all(oidc_provider_arn, oidc_issuer_url).apply(
-            lambda args: iam.trust_policy(iam.service_account_trust_statement(args[0], args[1], subject)))
+            lambda args: iam.policy(iam.service_account_trust_statement(args[0], args[1], subject)))
         role = aws.iam.Role(f"{name}-load-balancer-controller-role", assume_role_policy=trust, opts=child)
         policy = aws.iam.RolePolicy(
             f"{name}-load-balancer-controller-policy", role=role.id,

@@ -51,6 +51,10 @@ INTERNAL_NLB = {
 }
 
 
+# Istio's per-Gateway override of the Service type it provisions (LoadBalancer by default).
+IN_CLUSTER_ONLY = {"networking.istio.io/service-type": "ClusterIP"}
+
+
 def istiod_values() -> dict[str, Any]:
     return {
         # Off by default in Istio 1.30: without it istiod ignores InferencePool backends.
@@ -81,10 +85,10 @@ def gateway_manifest(settings: Settings, *, internal_load_balancer: bool) -> dic
         "gatewayClassName": GATEWAY_CLASS,
         "listeners": [{"name": "http", "port": 80, "protocol": "HTTP", "allowedRoutes": {"namespaces": {"from": "Same"}}}],
     }
-    if internal_load_balancer:
-        # Istio copies these onto the Service it makes for the Gateway; the controller reads
-        # them only when the Service is created, so they are there from the start.
-        spec["infrastructure"] = {"annotations": INTERNAL_NLB}
+    # Istio copies these onto the Service it makes for the Gateway; the controller reads them
+    # only when the Service is created, so they are there from the start. Without the
+    # controller the Service stays in-cluster: EKS's built-in one would make it public.
+    spec["infrastructure"] = {"annotations": INTERNAL_NLB if internal_load_balancer else IN_CLUSTER_ONLY}
     return {
         "apiVersion": "gateway.networking.k8s.io/v1",
         "kind": "Gateway",
@@ -98,8 +102,3 @@ def bbr_values(settings: Settings) -> dict[str, Any]:
     if settings.gateway.bbr_replicas is not None:
         bbr["replicas"] = settings.gateway.bbr_replicas
     return {"provider": {"name": GATEWAY_CLASS}, "inferenceGateway": {"name": settings.gateway.name}, "bbr": bbr}
-
-
-def gateway_service_name(settings: Settings) -> str:
-    """Istio names the Service it provisions for a Gateway `<gateway>-<class>`."""
-    return f"{settings.gateway.name}-{GATEWAY_CLASS}"

@@ -40,9 +40,10 @@ class HyperPodCluster(pulumi.ComponentResource):
             f"{name}-execution-managed", role=role.name,
             policy_arn=partition.apply(lambda p: iam.managed_policy_arn(p, render.INSTANCE_POLICY)), opts=child)
         inline = aws.iam.RolePolicy(f"{name}-execution-policy", role=role.id, policy=pulumi.Output.all(
-            partition, account, eks_cluster_name, lifecycle.arn).apply(
+            partition, account, eks_cluster_name, lifecycle.arn, security_group_id, subnet_ids).apply(
             lambda args: render.execution_role_policy(partition=args[0], region=region, account=args[1],
-                                                      eks_cluster_name=args[2], lifecycle_bucket_arn=args[3])),
+                                                      eks_cluster_name=args[2], lifecycle_bucket_arn=args[3],
+                                                      security_group_id=args[4], subnet_ids=args[5])),
             opts=child)
 
         # The EKS cluster security group already admits all traffic from itself; HyperPod also
@@ -53,6 +54,7 @@ class HyperPodCluster(pulumi.ComponentResource):
             description="HyperPod: all traffic between the cluster's instances", opts=child)
 
         # HyperPod's instances run EKS Pod Identity through this agent (AWS's templates install it).
+        # No version pinned: AWS's templates take EKS's default for the cluster's Kubernetes version.
         pod_identity = aws.eks.Addon(f"{name}-pod-identity-agent", cluster_name=eks_cluster_name,
                                      addon_name="eks-pod-identity-agent",
                                      opts=pulumi.ResourceOptions(parent=self, depends_on=depends_on))

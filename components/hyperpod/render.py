@@ -13,7 +13,6 @@ from components.gpu_nodes.render import GPU_TAINT_KEY, NODE_POOL_LABEL, node_lab
 from components.iam import render as iam
 from settings import InstanceGroupSettings
 
-SAGEMAKER_SERVICE = "sagemaker.amazonaws.com"
 INSTANCE_POLICY = "AmazonSageMakerClusterInstanceRolePolicy"
 LIFECYCLE_PREFIX = "lifecycle"
 ON_CREATE = "on_create.sh"
@@ -74,29 +73,28 @@ def instance_group(group: InstanceGroupSettings, *, execution_role_arn: Any, lif
 
 def execution_role_trust() -> str:
     """HyperPod's instances assume the role through the SageMaker service, nothing else."""
-    return iam.trust_policy(iam.service_trust_statement(SAGEMAKER_SERVICE))
+    return iam.policy(iam.service_trust_statement(iam.SAGEMAKER_SERVICE))
 
 
 def execution_role_policy(*, partition: str, region: str, account: str, eks_cluster_name: str,
-                          lifecycle_bucket_arn: str) -> str:
-    """What an instance needs beyond the managed policy: the VPC CNI's ENI calls, ECR pulls,
-    pod identity on this cluster, and reading the lifecycle script."""
+                          lifecycle_bucket_arn: str, subnet_ids: list[str], security_group_id: str) -> str:
+    """What an instance needs beyond the managed policy: the VPC CNI's ENI calls in the cluster's
+    subnets and security group, ECR pulls, pod identity on this cluster, reading the lifecycle script."""
     ec2 = f"arn:{partition}:ec2:{region}:{account}"
     return iam.policy(
         iam.allow(["ec2:AssignPrivateIpAddresses", "ec2:AttachNetworkInterface", "ec2:CreateNetworkInterface",
                    "ec2:CreateNetworkInterfacePermission", "ec2:DeleteNetworkInterface",
                    "ec2:DeleteNetworkInterfacePermission", "ec2:DetachNetworkInterface",
                    "ec2:ModifyNetworkInterfaceAttribute", "ec2:UnassignPrivateIpAddresses"],
-                  [f"{ec2}:network-interface/*", f"{ec2}:instance/*", f"{ec2}:subnet/*",
-                   f"{ec2}:security-group/*"]),
+                  [f"{ec2}:network-interface/*", f"{ec2}:instance/*", *(f"{ec2}:subnet/{s}" for s in subnet_ids),
+                   f"{ec2}:security-group/{security_group_id}"]),
         iam.allow(["ec2:CreateTags"], [f"{ec2}:network-interface/*"]),
         iam.allow(["ec2:DescribeDhcpOptions", "ec2:DescribeInstanceTypes", "ec2:DescribeInstances",
                    "ec2:DescribeNetworkInterfaces", "ec2:DescribeSecurityGroups", "ec2:DescribeSubnets",
                    "ec2:DescribeTags", "ec2:DescribeVpcs", "cloudwatch:DescribeAlarms"]),
         iam.allow(["ecr:BatchCheckLayerAvailability", "ecr:BatchGetImage", "ecr:GetAuthorizationToken",
                    "ecr:GetDownloadUrlForLayer"]),
-        iam.allow(["eks-auth:AssumeRoleForPodIdentity"],
-                  [f"arn:{partition}:eks:{region}:{account}:cluster/{eks_cluster_name}"]),
+        iam.allow(["eks-auth:AssumeRoleForPodIdentity"], [eks_cluster_arn(partition, region, account, eks_cluster_name)]),
         iam.allow(["s3:ListBucket", "s3:GetObject"], iam.bucket_arns(lifecycle_bucket_arn)),
     )
 
@@ -106,5 +104,6 @@ def eks_cluster_arn(partition: str, region: str, account: str, name: str) -> str
 
 
 def dependencies_values() -> dict[str, Any]:
-    """Exactly one NVIDIA device plugin runs on HyperPod: the chart's (the stack installs its own only on plain EKS)."""
+    """Exactly one NVIDIA device plugin runs on HyperPod: the chart's (the stack installs its own
+    only on plain EKS). It is the chart's default; stated so a changed default cannot drop it."""
     return {"nvidia-device-plugin": {"devicePlugin": {"enabled": True}}}
