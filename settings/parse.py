@@ -216,7 +216,8 @@ class _Parser:
     def _only_on(self, wanted: str, platform: str, node: ConfigNode, name: str, why: str) -> None:
         if name in node.names():
             key = node.child_key(name)
-            self.problems.add(key, node.structured.get(name, NOT_SET) if name in node.structured else NOT_SET,
+            flat = {k: v for k, v in node.flat.items() if k == name or k.startswith(name + ".")}
+            self.problems.add(key, node.structured.get(name, flat),
                               f"applies only to platform {wanted}; on platform {platform} {why}. Remove it "
                               f"(`pulumi config rm --path {key}`) or set `pulumi config set platform {wanted}`.")
 
@@ -663,7 +664,11 @@ class _Parser:
     def warnings(self, gateway: GatewaySettings, models: tuple[ModelSettings, ...],
                  gpu_nodes: GpuNodeSettings | None) -> tuple[str, ...]:
         warnings = []
-        if gateway.jwt is None:
+        if gateway.implementation == "llm-d":
+            warnings.append("the llm-d gateway authenticates nobody: anyone who can reach its internal load balancer "
+                            "can use the models. This stack has no key for it; add request authentication to the "
+                            "Gateway yourself (an Istio RequestAuthentication) or use the HyperPod gateway's gateway.jwt.")
+        elif gateway.jwt is None:
             warnings.append("gateway.jwt is not set: the gateway authenticates nobody, and anyone who can reach it "
                             "can use the models. Set gateway.jwt.issuer, gateway.jwt.jwksUri and gateway.jwt.audiences.")
         if gateway.implementation == "hyperpod" and gateway.tls_acm_arn == "" and not gateway.install_addon:
