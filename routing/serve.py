@@ -442,7 +442,8 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     choice = parser.add_mutually_exclusive_group()
     choice.add_argument("--weights", type=weights_option, metavar="NAME=N,...",
                         help="scorer weights laid over the defaults queue=2,kvCache=2,prefix=3, e.g. prefix=0,queue=3")
-    choice.add_argument("--stack", help="take the weights a stack gives --model, e.g. --stack dev --model qwen-small")
+    choice.add_argument("--stack", help="route with the picker configuration a stack gives --model (rendered from its "
+                                        "weights, or its pickerConfigMap file), e.g. --stack dev --model qwen-small")
     choice.add_argument("--round-robin", action="store_true", help="pick backends in turn, like a plain Service")
     choice.add_argument("--picker-config", metavar="FILE",
                         help="an EndpointPickerConfig (llm-d.ai/v1alpha1) to build the picker from, plugin by plugin, "
@@ -463,12 +464,13 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 
 
 def run(args: argparse.Namespace) -> int:
-    weights, source = args.weights, "--weights"
+    weights, source, document = args.weights, "--weights", None
     try:
         backends = unique_named_urls("--backend", args.backend)
         found = load_stack_model(args.stack, args.model, args.stacks_dir)
         if found is not None:
-            weights = found.weights("Pass --weights to choose the weights here instead.")
+            # The EndpointPickerConfig the stack runs for the model: the picker is built from it.
+            document = found.picker_config("Pass --weights or --picker-config FILE to choose the picker here instead.")
             source = f"--stack {found.stack} --model {found.model.name}"
     except OptionError as error:
         print(f"error: {error}", file=sys.stderr)
@@ -477,7 +479,9 @@ def run(args: argparse.Namespace) -> int:
     try:
         if args.picker_config:
             source = f"--picker-config {args.picker_config}"
-            config = load_endpoint_picker_config(_read_text(args.picker_config))
+            document = _read_text(args.picker_config)
+        if document is not None:
+            config = load_endpoint_picker_config(document)
             for warning in config.warnings:
                 print(f"serve: {source}: warning: {warning}", file=sys.stderr)
         picker, label = make_picker(weights, round_robin=args.round_robin, seed=args.seed, config=config,

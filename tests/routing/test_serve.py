@@ -255,7 +255,33 @@ def test_a_stack_whose_model_has_a_custom_picker_config_is_refused(tmp_path, cap
     assert cli.main(["serve", "--backend", "a=http://127.0.0.1:1", "--stack", "custom", "--model", "qwen-small",
                      "--stacks-dir", str(tmp_path)]) == 2
     err = capsys.readouterr().err
-    assert "custom picker ConfigMap (my-picker" in err and "Pass --weights" in err
+    assert "picker ConfigMap my-picker" in err and "already in the cluster" in err and "Pass --weights" in err
+
+
+def test_serve_routes_with_the_picker_config_a_stack_gives_its_model(tmp_path, backends, capsys):
+    from routing import serve
+
+    dev = (Path(__file__).resolve().parents[2] / "stacks" / "Pulumi.dev.yaml").read_text()
+    marker = "      model: Qwen/Qwen2.5-0.5B-Instruct\n"
+    picker_file = tmp_path / "picker.yaml"
+    picker_file.write_text("apiVersion: llm-d.ai/v1alpha1\nkind: EndpointPickerConfig\nplugins:\n"
+                           "- {type: running-requests-size-scorer, name: busy}\nschedulingProfiles:\n"
+                           "- name: p\n  plugins: [{pluginRef: busy, weight: 5}]\n")
+    (tmp_path / "Pulumi.custom.yaml").write_text(dev.replace(marker, marker + "      pickerConfigMap:\n"
+                                                                              "        name: my-picker\n"
+                                                             f"        file: {picker_file}\n"))
+    started = {}
+
+    def capture(app, **_kwargs):
+        started["app"] = app
+    original, serve.web.run_app = serve.web.run_app, capture
+    try:
+        assert cli.main(["serve", "--backend", f"a={backends[0].url}", "--stack", "custom", "--model", "qwen-small",
+                         "--stacks-dir", str(tmp_path)]) == 0
+    finally:
+        serve.web.run_app = original
+    started["app"].close()  # the application it would have served, never started
+    assert "serve: endpoint picker, config busy=5, picker v0.10;" in capsys.readouterr().out
 
 
 def test_help_says_it_is_not_a_production_gateway(capsys):
