@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Protocol, Sequence, TextIO
 
 from settings import GATEWAY_OWNER_LABEL, GATEWAY_SYSTEM_NAMESPACE, VLLM_PORT
+from settings.endpoints import Location, gateway_scheme, gateway_service, picker_pods
 
 from .metrics import DeltaReport, VllmMetrics, diff_reads, parse_metrics
 from .options import (URL_SCHEMES, OptionError, add_model_options, http_url, load_stack_model, named_url,
@@ -258,18 +259,16 @@ class KubeGateway:
         return f"/api/v1/namespaces/{self.namespace}/services/{target}/proxy{path}"
 
     @classmethod
-    def find(cls, api: KubeApi, gateway_name: str, headers: Mapping[str, str], scheme: str = "http") -> KubeGateway:
-        selector = f"{GATEWAY_OWNER_LABEL}={gateway_name}"
-        services = api.list_services(GATEWAY_SYSTEM_NAMESPACE, selector)
+    def find(cls, api: KubeApi, where: Location, headers: Mapping[str, str], scheme: str = "http") -> KubeGateway:
+        services = api.list_services(where.namespace, where.selector)
         if not services:
-            raise VerifyError(f"no Service labelled {selector} in namespace {GATEWAY_SYSTEM_NAMESPACE}: is "
-                              f"--gateway-name {gateway_name!r} right and the gateway ready? Or pass --gateway-url.")
+            raise VerifyError(f"no Service labelled {where.selector} in namespace {where.namespace}: is the gateway's "
+                              "name right and the gateway ready? Or pass --gateway-url.")
         service = sorted(services, key=lambda s: s.metadata.name)[0]
         ports = service.spec.ports or []
         if not ports:
-            raise VerifyError(f"Service {GATEWAY_SYSTEM_NAMESPACE}/{service.metadata.name} has no port; "
-                              "pass --gateway-url.")
-        return cls(api, service.metadata.name, GATEWAY_SYSTEM_NAMESPACE, _port_for(ports, scheme).port, headers, scheme)
+            raise VerifyError(f"Service {where.namespace}/{service.metadata.name} has no port; pass --gateway-url.")
+        return cls(api, service.metadata.name, where.namespace, _port_for(ports, scheme).port, headers, scheme)
 
     def post(self, path: str, body: Mapping[str, Any]) -> int:
         try:
@@ -448,23 +447,38 @@ class Target:
     namespace: str | None
     label: str | None
     port: int
-    gateway_name: str | None
+    gateway: Location | None
     gateway_scheme: str = "http"
+    # The model's endpoint-picker pods, when a stack says where they are.
+    pickers: Location | None = None
 
 
 def resolve_target(args: argparse.Namespace) -> Target:
-    model = namespace = label = gateway_name = None
+    model = namespace = label = gateway = pickers = None
     port, scheme = VLLM_PORT, "http"
     found = load_stack_model(args.stack, args.model, args.stacks_dir)
     if found is not None:
         entry, settings = found.model, found.settings
         model, namespace, label, port = entry.model, settings.namespace, entry.deployment, entry.port
-        gateway_name = settings.gateway.name
-        # tls_acm_arn: None without TLS; "" (cert-manager) or an ARN when the gateway terminates TLS.
-        scheme = "https" if settings.gateway.tls_acm_arn is not None else "http"
+        # Each implementation puts its gateway Service and pickers somewhere else.
+        gateway, scheme, pickers = gateway_service(settings), gateway_scheme(settings), picker_pods(settings, entry)
+    if args.gateway_name:
+        # By name alone: where the HyperPod add-on puts its gateways' Envoy Service.
+        gateway = Location(GATEWAY_SYSTEM_NAMESPACE, f"{GATEWAY_OWNER_LABEL}={args.gateway_name}")
     return Target(model_id=args.model_id or model, namespace=args.namespace or namespace, label=args.label or label,
-                  port=args.port or port, gateway_name=args.gateway_name or gateway_name,
-                  gateway_scheme=args.gateway_scheme or scheme)
+                  port=args.port or port, gateway=gateway, gateway_scheme=args.gateway_scheme or scheme,
+                  pickers=pickers)
+
+
+def describe_pickers(api: KubeApi, where: Location) -> str:
+    """Which picker pods run and since when: after a weight change, new pods mean new prefix indexes."""
+    pods = api.list_pods(where.namespace, where.selector)
+    if not pods:
+        return f"pickers: no pod labelled {where.selector} in namespace {where.namespace}"
+    shown = [f"{p.metadata.name} ({'ready' if _pod_ready(p) else 'not ready'}, started "
+             f"{p.status.start_time.isoformat() if p.status and p.status.start_time else 'not yet'})"
+             for p in sorted(pods, key=lambda p: p.metadata.name)]
+    return f"pickers ({where.selector}): {', '.join(shown)}"
 
 
 def build_clients(args: argparse.Namespace, target: Target) -> tuple[PodReader, GatewayClient]:
@@ -490,10 +504,12 @@ def build_clients(args: argparse.Namespace, target: Target) -> tuple[PodReader, 
                               "one of the two.")
         gateway: GatewayClient = UrlGateway(args.gateway_url, headers)
     else:
-        if not target.gateway_name:
+        if target.gateway is None:
             raise VerifyError("no gateway: pass --gateway-url URL, or --stack dev --model qwen-small, "
                               "or --gateway-name NAME")
-        gateway = KubeGateway.find(kube(), target.gateway_name, headers, target.gateway_scheme)
+        gateway = KubeGateway.find(kube(), target.gateway, headers, target.gateway_scheme)
+    if target.pickers is not None and not args.pod_url:
+        print(describe_pickers(kube(), target.pickers), file=sys.stderr if args.json else sys.stdout)
     return pods, gateway
 
 

@@ -20,6 +20,7 @@ from routing.verify import KubeGateway, UrlGateway, UrlPods, measure, resolve_ta
 from routing.workloads import seed_unique
 from settings import GATEWAY_OWNER_LABEL as GATEWAY_LABEL
 from settings import GATEWAY_SYSTEM_NAMESPACE as GATEWAY_NAMESPACE
+from settings.endpoints import Location
 
 
 class FakeGateway:
@@ -225,9 +226,31 @@ def target_args(**options) -> argparse.Namespace:
 
 def test_stack_fills_namespace_label_model_and_gateway():
     target = resolve_target(target_args(stack="dev", model="qwen-small"))
-    assert (target.model_id, target.namespace, target.label, target.port, target.gateway_name,
-            target.gateway_scheme) == (
-        "Qwen/Qwen2.5-0.5B-Instruct", "inference", "vllm-qwen-small", 8000, "inference-gateway", "https")
+    assert (target.model_id, target.namespace, target.label, target.port, target.gateway_scheme) == (
+        "Qwen/Qwen2.5-0.5B-Instruct", "inference", "vllm-qwen-small", 8000, "https")
+    assert target.gateway == Location(GATEWAY_NAMESPACE, f"{GATEWAY_LABEL}=inference-gateway")
+    assert target.pickers == Location("inference", "app=qwen-small-epp")
+
+
+def test_on_the_llm_d_stack_the_gateway_is_istios_service_and_the_pickers_the_routers(pods, gateway_factory,
+                                                                                     tmp_path, capsys):
+    target = resolve_target(target_args(stack="eks", model="qwen-small"))
+    assert target.gateway == Location("inference", "gateway.networking.k8s.io/gateway-name=inference-gateway")
+    assert target.gateway_scheme == "http" and target.pickers.selector == "llm-d-router-gateway=qwen-small-epp"
+    api = FakeApiServer(pods, gateway_factory(pods, lambda n: "pod-b"), "inference", "vllm-qwen-small")
+    api.services = {("inference", "gateway.networking.k8s.io/gateway-name=inference-gateway"): "inference-gateway-istio"}
+    api.pickers = {"llm-d-router-gateway=qwen-small-epp": ["qwen-small-epp-7d9f"]}
+    api.server.start()
+    kubeconfig = write_kubeconfig(tmp_path / "kubeconfig", api.server.url)
+    try:
+        code = cli.main(["verify", "--stack", "eks", "--model", "qwen-small", "--workload", "seed-shared",
+                         "--expect", "concentrate", "--kubeconfig", str(kubeconfig)])
+    finally:
+        api.server.stop()
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert "pickers (llm-d-router-gateway=qwen-small-epp): qwen-small-epp-7d9f (ready, started 2026-12-01T08:00:00" in out
+    assert set(api.proxy_targets) == {"inference-gateway-istio:80"}
 
 
 def _stack_with_tls(tmp_path, tls: str) -> Path:
@@ -266,6 +289,9 @@ class FakeApiServer:
         self.pods, self.gateway, self.namespace, self.label = pods, gateway, namespace, label
         self.selectors: list[str] = []
         self.proxy_targets: list[str] = []
+        # Each gateway Service the fake knows, by where verify should look for it.
+        self.services = {(GATEWAY_NAMESPACE, f"{GATEWAY_LABEL}=my-gateway"): "envoy-inference-my-gateway-1a2b"}
+        self.pickers: dict[str, list[str]] = {}
         self.server = ThreadedApp(self.make_app)
 
     async def make_app(self) -> web.Application:
@@ -289,6 +315,9 @@ class FakeApiServer:
                   "status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}}
                  for name in self.pods] if ready else []
         items.append({"metadata": {"name": "starting-pod"}, "status": {"phase": "Pending"}})
+        for name in self.pickers.get(request.query.get("labelSelector", ""), []):
+            items = [{"metadata": {"name": name}, "status": {"phase": "Running", "startTime": "2026-12-01T08:00:00Z",
+                                                              "conditions": [{"type": "Ready", "status": "True"}]}}]
         return web.json_response({"kind": "PodList", "apiVersion": "v1", "metadata": {}, "items": items})
 
     async def pod_metrics(self, request):
@@ -299,16 +328,15 @@ class FakeApiServer:
     async def list_services(self, request):
         self.selectors.append(request.query.get("labelSelector", ""))
         items = []
-        if request.match_info["ns"] == GATEWAY_NAMESPACE and request.query.get("labelSelector") == \
-                f"{GATEWAY_LABEL}=my-gateway":
-            items = [{"metadata": {"name": "envoy-inference-my-gateway-1a2b", "namespace": GATEWAY_NAMESPACE},
+        name = self.services.get((request.match_info["ns"], request.query.get("labelSelector")))
+        if name is not None:
+            items = [{"metadata": {"name": name, "namespace": request.match_info["ns"]},
                       "spec": {"ports": [{"name": "http", "port": 80, "protocol": "TCP"}]}}]
         return web.json_response({"kind": "ServiceList", "apiVersion": "v1", "metadata": {}, "items": items})
 
     async def service_proxy(self, request):
         self.proxy_targets.append(request.match_info["target"])
-        assert request.match_info["target"] in ("envoy-inference-my-gateway-1a2b:80",
-                                                "https:envoy-inference-my-gateway-1a2b:80")
+        assert request.match_info["target"].removeprefix("https:").removesuffix(":80") in self.services.values()
         async with aiohttp.ClientSession() as session:
             async with session.post(f"{self.gateway.url}/{request.match_info['path']}", data=await request.read(),
                                     headers={"Content-Type": "application/json"}) as upstream:
