@@ -8,12 +8,18 @@ these caches; like the real one it sees only the pods' metrics and its own index
 
 from __future__ import annotations
 
-from collections import OrderedDict
+import heapq
+import itertools
+import random
+from collections import OrderedDict, deque
 from dataclasses import dataclass
 from typing import Iterable, Sequence
 
+from .arrivals import LoadPlan
+from .engine import Engine, EngineRequest
+from .latency import EngineLimits, LatencyModel
 from .metrics import DeltaReport, PodDelta
-from .picker import DEFAULT_LRU_CAPACITY_PER_SERVER, Picker, PodMetrics, Request
+from .picker import DEFAULT_LRU_CAPACITY_PER_SERVER, Decision, Picker, PodMetrics, Request
 from .prefix import Tokenizer, server_block_keys
 
 # vLLM's default KV block size on GPUs (on CPU it is 128).
@@ -127,3 +133,232 @@ def simulate_side_by_side(workload: Iterable[Request],
             placed.append(server.name)
     return [SimulationResult(tuple(PodDelta(s.name, s.requests, s.hits, s.queries) for s in servers), tuple(placed))
             for (servers, _), placed in zip(fleets, placements)]
+
+
+# -- under load ----------------------------------------------------------------------------------
+
+# The picker refreshes every pod's metrics this often (LDR server/options.go@v0.10.0,
+# --refresh-metrics-interval 50ms).
+DEFAULT_SCRAPE_INTERVAL = 0.05
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """A workload's requests tokenized once for every fleet: lengths and the server's block keys."""
+
+    requests: tuple[Request, ...]
+    prompt_lens: tuple[int, ...]
+    output_lens: tuple[int, ...]
+    keys: tuple[tuple[int, ...], ...]
+    block_size: int
+
+
+def prepare(requests: Sequence[Request], output_lens: Sequence[int], tokenizer: Tokenizer,
+            block_size: int) -> Prepared:
+    lens, keys = [], []
+    for request in requests:
+        tokens = tokenizer.encode(request.prompt)
+        lens.append(len(tokens))
+        keys.append(tuple(server_block_keys(tokens, block_size)))
+    return Prepared(tuple(requests), tuple(lens), tuple(output_lens), tuple(keys), block_size)
+
+
+@dataclass(frozen=True)
+class Fleet:
+    """Servers and the picker in front of them.
+
+    `pickers` are the picker's replicas: each request goes to one of them at random, and
+    each keeps its own prefix index and scrapes every pod on its own clock.
+    """
+
+    names: tuple[str, ...]
+    pickers: tuple[Picker, ...]
+    num_gpu_blocks: int
+    limits: EngineLimits
+    latency: LatencyModel
+    scrape_interval: float = DEFAULT_SCRAPE_INTERVAL
+    reads_metrics: bool = True  # False for round-robin, which never looks at the pods
+
+
+@dataclass(frozen=True)
+class Explained:
+    """One pick as the picker made it: what it saw of each pod, and its decision."""
+
+    index: int
+    replica: int
+    at: float
+    seen: tuple[PodMetrics, ...]
+    decision: Decision
+
+
+@dataclass(frozen=True)
+class LoadResult(SimulationResult):
+    """A replay under load: the counters, where each request went, and per request (in
+    workload order) its TTFT and time in the server's waiting queue, in seconds."""
+
+    ttfts: tuple[float, ...] = ()
+    queue_times: tuple[float, ...] = ()
+    duration: float = 0.0
+    explained: Explained | None = None
+
+
+class _Scrapes:
+    """What one pod published over time, as the picker's scrapes read it."""
+
+    __slots__ = ("history",)
+
+    def __init__(self, idle: PodMetrics):
+        # Pods existed, idle and scraped, before the workload started.
+        self.history: deque[tuple[float, PodMetrics]] = deque([(float("-inf"), idle)])
+
+    def publish(self, now: float, metrics: PodMetrics) -> None:
+        self.history.append((now, metrics))
+
+    def seen_at(self, scrape_time: float, keep_after: float) -> PodMetrics:
+        history = self.history
+        # No later pick reads a scrape older than one interval before now: drop what it replaced.
+        while len(history) > 1 and history[1][0] <= keep_after:
+            history.popleft()
+        for index in range(len(history) - 1, -1, -1):
+            if history[index][0] <= scrape_time:
+                return history[index][1]
+        return history[0][1]
+
+
+def simulate_under_load(prepared: Prepared, plan: LoadPlan, fleet: Fleet, *, seed: int | None = None,
+                        explain: int | None = None) -> LoadResult:
+    """Replays `prepared` as `plan` sends it onto `fleet`, in simulated time.
+
+    The picker picks when a request is sent, from each pod's gauges as of its last scrape
+    (each (replica, pod) scraped every `scrape_interval` from its own random phase); the
+    request reaches the server `latency.overhead_s` later; TTFT runs from the send to the end
+    of the step that samples its first token.
+    """
+    rng = random.Random(seed)
+    count = len(prepared.requests)
+    block_size = prepared.block_size
+    engines = [Engine(name, block_size, fleet.num_gpu_blocks, fleet.limits, fleet.latency) for name in fleet.names]
+    for prompt_len, output_len in zip(prepared.prompt_lens, prepared.output_lens):
+        engines[0].check_fits(prompt_len, output_len)
+    by_name = {engine.name: index for index, engine in enumerate(engines)}
+    idle = [PodMetrics(name=name, block_size=block_size, num_gpu_blocks=fleet.num_gpu_blocks) for name in fleet.names]
+    scrapes = [_Scrapes(pod) for pod in idle]
+    interval = fleet.scrape_interval
+    phases = [[rng.random() * interval for _ in engines] for _ in fleet.pickers]
+    overhead = fleet.latency.overhead_s
+
+    sent_at = [0.0] * count
+    ttfts = [0.0] * count
+    queue_times = [0.0] * count
+    placements: list[str] = [""] * count
+    explained: Explained | None = None
+    events: list[tuple[float, int, int, int]] = []  # (time, tie-break order, kind, payload)
+    order = itertools.count()
+    SEND, ARRIVE, STEP_END = 0, 1, 2
+    stepping = [False] * len(engines)
+
+    def send(index: int, now: float) -> None:
+        nonlocal explained
+        replica = rng.randrange(len(fleet.pickers)) if len(fleet.pickers) > 1 else 0
+        if fleet.reads_metrics:
+            keep_after = now - interval
+            seen = [scrape.seen_at(now - (now - phase) % interval, keep_after)
+                    for scrape, phase in zip(scrapes, phases[replica])]
+        else:
+            seen = idle
+        decision = fleet.pickers[replica].pick(prepared.requests[index], seen)
+        if index == explain:
+            explained = Explained(index, replica, now, tuple(seen), decision)
+        sent_at[index] = now
+        placements[index] = decision.pod
+        heapq.heappush(events, (now + overhead, next(order), ARRIVE, index))
+
+    # Sessions: a turn waits for its session's previous turn.
+    session_of = plan.sessions
+    turns: dict[str, deque[int]] = {}
+    for index, session in enumerate(session_of):
+        if session is not None:
+            turns.setdefault(session, deque()).append(index)
+    busy_sessions: set[str] = set()
+    deferred: dict[str, deque[int]] = {}
+    ready: list[int] = []  # closed loop: requests whose session is free, in workload order
+    in_flight = 0
+
+    def dispatch(now: float) -> None:
+        nonlocal in_flight
+        while ready and in_flight < plan.concurrency:
+            index = heapq.heappop(ready)
+            in_flight += 1
+            if session_of[index] is not None:
+                busy_sessions.add(session_of[index])
+            send(index, now)
+
+    if plan.concurrency is not None:
+        ready = [index for index, session in enumerate(session_of) if session is None]
+        ready += [queue[0] for queue in turns.values()]
+        heapq.heapify(ready)
+        dispatch(0.0)
+    else:
+        for index, at in enumerate(plan.send_at):
+            heapq.heappush(events, (at, next(order), SEND, index))
+
+    def on_first_token(seq: EngineRequest, now: float) -> None:
+        ttfts[seq.index] = now - sent_at[seq.index]
+        queue_times[seq.index] = seq.scheduled_at - seq.engine_arrival
+
+    def on_finish(seq: EngineRequest, now: float) -> None:
+        nonlocal in_flight
+        session = session_of[seq.index]
+        if plan.concurrency is not None:
+            in_flight -= 1
+            if session is not None:
+                busy_sessions.discard(session)
+                queue = turns[session]
+                queue.popleft()
+                if queue:
+                    heapq.heappush(ready, queue[0])
+            dispatch(now)
+        elif session is not None:
+            busy_sessions.discard(session)
+            waiting = deferred.get(session)
+            if waiting:
+                busy_sessions.add(session)
+                send(waiting.popleft(), now)
+
+    def start_step(engine_index: int, now: float) -> None:
+        engine = engines[engine_index]
+        duration = engine.schedule(now)
+        stepping[engine_index] = True
+        heapq.heappush(events, (now + duration, next(order), STEP_END, engine_index))
+
+    now = 0.0
+    while events:
+        now, _, kind, payload = heapq.heappop(events)
+        if kind == SEND:
+            session = session_of[payload]
+            if session is not None:
+                if session in busy_sessions:
+                    deferred.setdefault(session, deque()).append(payload)
+                    continue
+                busy_sessions.add(session)
+            send(payload, now)
+        elif kind == ARRIVE:
+            engine_index = by_name[placements[payload]]
+            engines[engine_index].add(EngineRequest(payload, prepared.prompt_lens[payload], prepared.keys[payload],
+                                                    prepared.output_lens[payload], now))
+            if not stepping[engine_index]:
+                start_step(engine_index, now)
+        else:
+            engine = engines[payload]
+            stepping[payload] = False
+            engine.finish_step(now, on_first_token, on_finish)
+            published = engine.published
+            scrapes[payload].publish(now, PodMetrics(name=engine.name, waiting=published.waiting,
+                                                     running=published.running, kv_usage=published.kv_usage,
+                                                     block_size=block_size, num_gpu_blocks=fleet.num_gpu_blocks))
+            if engine.busy:
+                start_step(payload, now)
+
+    pods = tuple(PodDelta(engine.name, engine.finished, engine.hits, engine.queries) for engine in engines)
+    start = min(sent_at) if count else 0.0
+    return LoadResult(pods, tuple(placements), tuple(ttfts), tuple(queue_times), now - start, explained)
