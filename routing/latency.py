@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 PROFILE_KIND = "routing-latency-profile"
 PROFILE_VERSION = 1
@@ -114,3 +114,15 @@ class LatencyProfile:
             raise ProfileError(f"--latency-profile {path}: {error}; {fix}") from None
         return cls(latency, data.get("blockSize"), data.get("numGpuBlocks"), limits, str(data.get("source", "")),
                    data.get("measured") or {})
+
+
+def percentile(values: Sequence[float], q: float) -> float | None:
+    """The q-quantile (0..1) by linear interpolation between order statistics (numpy's default),
+    None for no values; predicted and measured figures both go through this."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    position = q * (len(ordered) - 1)
+    low = int(position)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (position - low)

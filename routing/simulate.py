@@ -59,6 +59,10 @@ class SimulatedServer:
     def cached_blocks(self) -> int:
         return len(self._cache)
 
+    def counters(self) -> PodDelta:
+        """Requests, hits and queries counted so far (what verify reads as a delta from zero)."""
+        return PodDelta(self.name, self.requests, self.hits, self.queries)
+
     def metrics(self) -> PodMetrics:
         """The pod's /metrics as the picker scrapes them between two serial requests.
 
@@ -69,9 +73,10 @@ class SimulatedServer:
         """
         return PodMetrics(name=self.name, block_size=self.block_size, num_gpu_blocks=self.capacity_blocks)
 
-    def serve(self, num_tokens: int, block_keys: Sequence[int]) -> None:
+    def serve(self, num_tokens: int, block_keys: Sequence[int]) -> int:
         """Serves a prompt of `num_tokens` tokens, cut into this server's block keys (full blocks
-        only, `prefix.server_block_keys`), and counts its prefix-cache lookup."""
+        only, `prefix.server_block_keys`), counts its prefix-cache lookup and returns its hit
+        in tokens."""
         cached_run = 0
         for key in block_keys:
             if key not in self._cache:
@@ -84,6 +89,7 @@ class SimulatedServer:
         self.hits += hit_blocks * self.block_size
         self.queries += num_tokens
         self._remember(block_keys)
+        return hit_blocks * self.block_size
 
     def _remember(self, block_keys: Sequence[int]) -> None:
         # When a request finishes vLLM frees its blocks in reverse order, so among them the
@@ -98,21 +104,36 @@ class SimulatedServer:
 
 
 @dataclass(frozen=True)
+class Explained:
+    """One pick as the picker made it: what it saw of each pod, and its decision."""
+
+    index: int
+    replica: int
+    at: float
+    seen: tuple[PodMetrics, ...]
+    decision: Decision
+
+
+@dataclass(frozen=True)
 class SimulationResult(DeltaReport):
-    """A fleet's counters after a replay (the shape `verify` measures) and where each request
-    went, in order."""
+    """A fleet's counters after a replay (the shape `verify` measures) and, per request in
+    order, where it went, its prompt length and its prefix-cache hit (tokens)."""
 
     placements: tuple[str, ...] = ()
+    prompt_lens: tuple[int, ...] = ()
+    hit_tokens: tuple[int, ...] = ()
+    explained: Explained | None = None
 
 
 def simulate_side_by_side(workload: Iterable[Request],
                           fleets: Sequence[tuple[Sequence[SimulatedServer], Picker]],
-                          tokenizer: Tokenizer) -> list[SimulationResult]:
+                          tokenizer: Tokenizer, explain: int | None = None) -> list[SimulationResult]:
     """Replays one workload through several independent fleets, tokenizing each request once.
 
     Requests are serial, like the seed's curl loop: each one finishes before the next is
     picked, so every pick sees idle pods (see `SimulatedServer.metrics`). The counters
     returned are each server's totals, so a fleet of fresh servers reports just this replay.
+    `explain` keeps the first fleet's decision for that request (0 = the first).
     """
     by_name = [{server.name: server for server in servers} for servers, _ in fleets]
     for (servers, _), named in zip(fleets, by_name):
@@ -120,19 +141,27 @@ def simulate_side_by_side(workload: Iterable[Request],
             raise ValueError(f"each fleet needs at least one server and unique names, got "
                              f"{[server.name for server in servers]}")
     placements: list[list[str]] = [[] for _ in fleets]
-    for request in workload:
+    hits: list[list[int]] = [[] for _ in fleets]
+    lens: list[int] = []
+    explained = None
+    for index, request in enumerate(workload):
         tokens = tokenizer.encode(request.prompt)
+        lens.append(len(tokens))
         keys_by_block_size: dict[int, list[int]] = {}
-        for (servers, picker), named, placed in zip(fleets, by_name, placements):
-            decision = picker.pick(request, [server.metrics() for server in servers])
+        for fleet, ((servers, picker), named, placed) in enumerate(zip(fleets, by_name, placements)):
+            seen = [server.metrics() for server in servers]
+            decision = picker.pick(request, seen)
+            if index == explain and fleet == 0:
+                explained = Explained(index, 0, 0.0, tuple(seen), decision)
             server = named[decision.pod]
             keys = keys_by_block_size.get(server.block_size)
             if keys is None:
                 keys = keys_by_block_size[server.block_size] = server_block_keys(tokens, server.block_size)
-            server.serve(len(tokens), keys)
+            hits[fleet].append(server.serve(len(tokens), keys))
             placed.append(server.name)
-    return [SimulationResult(tuple(PodDelta(s.name, s.requests, s.hits, s.queries) for s in servers), tuple(placed))
-            for (servers, _), placed in zip(fleets, placements)]
+    return [SimulationResult(tuple(server.counters() for server in servers), tuple(placed),
+                             tuple(lens), tuple(fleet_hits), explained if fleet == 0 else None)
+            for fleet, ((servers, _), placed, fleet_hits) in enumerate(zip(fleets, placements, hits))]
 
 
 # -- under load ----------------------------------------------------------------------------------
@@ -181,17 +210,6 @@ class Fleet:
 
 
 @dataclass(frozen=True)
-class Explained:
-    """One pick as the picker made it: what it saw of each pod, and its decision."""
-
-    index: int
-    replica: int
-    at: float
-    seen: tuple[PodMetrics, ...]
-    decision: Decision
-
-
-@dataclass(frozen=True)
 class LoadResult(SimulationResult):
     """A replay under load: the counters, where each request went, and per request (in
     workload order) its TTFT and time in the server's waiting queue, in seconds."""
@@ -199,7 +217,6 @@ class LoadResult(SimulationResult):
     ttfts: tuple[float, ...] = ()
     queue_times: tuple[float, ...] = ()
     duration: float = 0.0
-    explained: Explained | None = None
 
 
 class _Scrapes:
@@ -302,7 +319,10 @@ def simulate_under_load(prepared: Prepared, plan: LoadPlan, fleet: Fleet, *, see
         for index, at in enumerate(plan.send_at):
             heapq.heappush(events, (at, next(order), SEND, index))
 
+    hit_tokens = [0] * count
+
     def on_first_token(seq: EngineRequest, now: float) -> None:
+        hit_tokens[seq.index] = seq.hit_tokens
         ttfts[seq.index] = now - sent_at[seq.index]
         queue_times[seq.index] = seq.scheduled_at - seq.engine_arrival
 
@@ -361,4 +381,5 @@ def simulate_under_load(prepared: Prepared, plan: LoadPlan, fleet: Fleet, *, see
 
     pods = tuple(PodDelta(engine.name, engine.finished, engine.hits, engine.queries) for engine in engines)
     start = min(sent_at) if count else 0.0
-    return LoadResult(pods, tuple(placements), tuple(ttfts), tuple(queue_times), now - start, explained)
+    return LoadResult(pods, tuple(placements), prepared.prompt_lens, tuple(hit_tokens), explained, tuple(ttfts),
+                      tuple(queue_times), now - start)
