@@ -1,7 +1,8 @@
 """A model of the gateway's endpoint picker: which pod a request goes to, and why.
 
-It follows llm-d router v0.10.0 (LDR), the picker the HyperPod `llm-d` scheduler runs, with
-the scorers the InferenceGatewayConfig `weights` field switches on. Citations name the
+It follows llm-d router v0.10.0 (LDR), the picker the HyperPod `llm-d` scheduler runs, built
+plugin by plugin from an EndpointPickerConfig (routing/plugins.py; HyperPod-style weights are
+rendered into one first). Citations name the
 upstream file each formula comes from (shared/reference/endpoint-picker-upstream.md
 section 3). The picker sees only what it scrapes from each pod's /metrics (`PodMetrics`) and
 the request body; it never sees the servers' real prefix caches, only its own guess of them.
@@ -11,31 +12,29 @@ from __future__ import annotations
 
 import json
 import random
+import sys
 from collections import OrderedDict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Mapping, Protocol, Sequence
 
 from settings import DEFAULT_WEIGHTS, WEIGHT_NAMES
 
+from .plugins import (KV_CACHE, LORA_AFFINITY, MAX_SCORE_PICKER, NO_HIT_LRU, PREFIX, PREFIX_PRODUCER, QUEUE,
+                      RUNNING_REQUESTS, SINGLE_PROFILE_HANDLER, TOKEN_PRODUCER, EndpointPickerConfig,
+                      PickerConfigError, SchedulingProfile, load_endpoint_picker_config,
+                      render_endpoint_picker_config)
 from .prefix import go_json, picker_block_hashes, picker_block_size, pseudo_token_bytes
 
 __all__ = [
-    "WEIGHT_NAMES", "PodMetrics", "Request", "Decision", "Picker", "EndpointPicker", "RoundRobinPicker",
+    "WEIGHT_NAMES", "PodMetrics", "Request", "Decision", "ScoreBreakdown", "PodScore", "ScorerContribution", "Picker", "EndpointPicker", "RoundRobinPicker",
     "PickerConfigError", "with_default_weights",
 ]
 
-# LDR approximateprefix/types.go@v0.10.0 defaults.
-DEFAULT_BLOCK_SIZE_TOKENS = 16
+# The fallbacks upstream uses for a non-positive lruCapacityPerServer / lruSize
+# (approximateprefix/plugin.go makeserver, nohitlru/no_hit_lru.go NewNoHitLRU@v0.10.0).
 DEFAULT_LRU_CAPACITY_PER_SERVER = 31250
-DEFAULT_MAX_PREFIX_TOKENS = 131072
-# LDR scorer/nohitlru/no_hit_lru.go@v0.10.0 (defaultLRUSize).
 DEFAULT_LRU_SIZE = 1024
-
-
-class PickerConfigError(ValueError):
-    """Weights or parameters the picker (or this model of it) cannot run with."""
-
 
 @dataclass(frozen=True)
 class PodMetrics:
@@ -154,13 +153,60 @@ def _content_text(content: Any, index: int) -> str:
     return "".join(texts)
 
 
+_NO_WEIGHTS: Mapping[str, float] = MappingProxyType({})
+
+
+@dataclass(frozen=True)
+class ScorerContribution:
+    """One scorer's part in one pod's total: weighted = weight × clamp(raw, 0, 1)."""
+
+    scorer: str
+    raw: float
+    weight: float
+    weighted: float
+
+
+@dataclass(frozen=True)
+class PodScore:
+    """One candidate's total and the scorers that made it, in the profile's scorer order."""
+
+    pod: str
+    total: float
+    contributions: tuple[ScorerContribution, ...]
+
+
+@dataclass(frozen=True)
+class ScoreBreakdown:
+    """Why a pick went where it did: every candidate, best total first.
+
+    `margin` is the chosen pod's total minus the runner-up's: 0 when a tie was broken at
+    random, None with a single candidate (or for a picker that does not score).
+    """
+
+    chosen: str
+    pods: tuple[PodScore, ...]
+    runner_up: str | None
+    margin: float | None
+
+    def as_dict(self) -> dict[str, Any]:
+        """A JSON-ready form (for `serve`'s response header and `--json` reports)."""
+        return {
+            "chosen": self.chosen, "runnerUp": self.runner_up, "margin": self.margin,
+            "pods": [{"pod": pod.pod, "total": pod.total,
+                      "scorers": [{"scorer": part.scorer, "raw": part.raw, "weight": part.weight,
+                                   "weighted": part.weighted} for part in pod.contributions]}
+                     for pod in self.pods],
+        }
+
+
 @dataclass(frozen=True)
 class Decision:
     """One pick, with the evidence.
 
-    `scores` holds each non-zero-weight scorer's raw score per pod (before clamping);
-    `totals` the weighted sum the picker maximised; `match_blocks`/`total_blocks` the prefix
-    index's view of the request (empty/0 when no scorer needs it).
+    `scores` holds each weighted scorer's raw score per pod (before clamping), `weights` its
+    weight; `totals` the weighted sum the picker maximised; `match_blocks`/`total_blocks` the
+    prefix index's view of the request (empty/0 when no scorer needs it). `breakdown()`
+    lays these out per pod; it is computed on demand, so picking pays nothing for it.
     """
 
     pod: str
@@ -168,6 +214,26 @@ class Decision:
     scores: Mapping[str, Mapping[str, float]]
     match_blocks: Mapping[str, int]
     total_blocks: int
+    weights: Mapping[str, float] = field(default_factory=lambda: _NO_WEIGHTS)
+
+    def breakdown(self) -> ScoreBreakdown:
+        pods = []
+        for pod, total in self.totals.items():
+            contributions = tuple(
+                ScorerContribution(scorer, self.scores[scorer][pod], weight, weight * _clamp(self.scores[scorer][pod]))
+                for scorer, weight in self.weights.items())
+            pods.append(PodScore(pod, total, contributions))
+        # The chosen pod first, then the others by total (ties in candidate order): with equal
+        # totals the picker's random tie-break, not the order here, chose among them.
+        pods.sort(key=lambda score: (score.pod != self.pod, -score.total))
+        if len(pods) < 2:
+            return ScoreBreakdown(self.pod, tuple(pods), None, None)
+        return ScoreBreakdown(self.pod, tuple(pods), pods[1].pod, pods[0].total - pods[1].total)
+
+
+def _clamp(score: float) -> float:
+    # LDR scheduling/scheduler_profile.go@v0.10.0 enforceScoreRange: scores count within [0, 1].
+    return 0.0 if score < 0.0 else 1.0 if score > 1.0 else score
 
 
 class Picker(Protocol):
@@ -178,25 +244,6 @@ def with_default_weights(overrides: Mapping[str, int] | None) -> dict[str, int]:
     """`overrides` laid over the controller's default profile (queue 2, kvCache 2, prefix 3): the
     weights a picker configured with only `overrides` runs with."""
     return {**DEFAULT_WEIGHTS, **(overrides or {})}
-
-
-def validate_weights(weights: Mapping[str, Any]) -> Mapping[str, float]:
-    """The weights as the picker will use them, or PickerConfigError naming every bad one."""
-    problems = []
-    for name, value in weights.items():
-        if name not in WEIGHT_NAMES:
-            problems.append(f"{name}={value!r}: not a scorer weight; valid weights: {', '.join(WEIGHT_NAMES)}")
-        elif isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0:
-            problems.append(f"{name}={value!r}: weights are non-negative numbers, e.g. {name}=2")
-        elif name == "predictedLatency" and value > 0:
-            # The latency scorer ranks pods by a trained latency predictor (sidecar models fed
-            # by live traffic); nothing here can stand in for its predictions.
-            problems.append(f"predictedLatency={value!r}: the predicted-latency scorer depends on the picker's "
-                            "trained latency-predictor sidecars, which this model does not reproduce; set "
-                            "predictedLatency=0 to model the other scorers")
-    if problems:
-        raise PickerConfigError("weights: " + "; ".join(problems))
-    return MappingProxyType({name: float(weights[name]) for name in WEIGHT_NAMES if weights.get(name)})
 
 
 def _min_max_scores(values: Mapping[str, int]) -> dict[str, float]:
@@ -281,123 +328,150 @@ class PrefixIndex:
         return len(self._lru_by_pod.get(pod, ()))
 
 
-class EndpointPicker:
-    """The llm-d picker with a `weights` profile: score every pod, take the best, remember.
+@dataclass(frozen=True)
+class _MatchInfo:
+    """One prefix producer's view of one request (LDR attribute/prefix PrefixCacheMatchInfo)."""
 
-    Each `pick` runs what the picker does per request: the approximate prefix producer
-    (hash the request, match it against the index), the weighted scorers, the max-score
-    picker, then PreRequest (record the request's blocks for the chosen pod, and move the
-    pod in the no-hit LRU when the request was cold). Requests are assumed to arrive one at a
-    time, each pick seeing the index updates of all earlier ones.
+    hashes: list[int]
+    match_blocks: dict[str, int]
+    block_tokens: int
+
+    @property
+    def cold(self) -> bool:
+        return not any(self.match_blocks.values())
+
+
+class _PrefixProducer:
+    """An approx-prefix-cache-producer: its tuning and its index.
+
+    LDR dataproducer/approximateprefix/plugin.go@v0.10.0: the block size is the first
+    candidate's vLLM block size under autoTune (else blockSizeTokens), never below 64; the
+    prefix is capped by maxPrefixTokensToMatch, else maxPrefixBlocksToMatch, else not at all.
     """
 
-    def __init__(self, weights: Mapping[str, int], *, seed: int | None = None,
-                 block_size_tokens: int = DEFAULT_BLOCK_SIZE_TOKENS, auto_tune: bool = True,
-                 lru_capacity_per_server: int = DEFAULT_LRU_CAPACITY_PER_SERVER,
-                 max_prefix_tokens: int = DEFAULT_MAX_PREFIX_TOKENS, lru_size: int = DEFAULT_LRU_SIZE):
-        self.weights = validate_weights(weights)
-        for option, value in (("block_size_tokens", block_size_tokens),
-                              ("lru_capacity_per_server", lru_capacity_per_server),
-                              ("max_prefix_tokens", max_prefix_tokens), ("lru_size", lru_size)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise PickerConfigError(f"{option}={value!r}: must be a whole number of at least 1")
-        self.block_size_tokens = block_size_tokens
-        self.auto_tune = auto_tune
-        self.lru_capacity_per_server = lru_capacity_per_server
-        self.max_prefix_tokens = max_prefix_tokens
-        self.lru_size = lru_size
-        self.prefix_index = PrefixIndex()
-        # No-hit LRU of pod names, least recently used first (scorer/nohitlru/no_hit_lru.go).
-        self._cold_lru: OrderedDict[str, None] = OrderedDict()
-        self._rng = random.Random(seed)
-        # Both the prefix scorer and the no-hit LRU scorer (cold or warm?) read the prefix
-        # producer's match info; with neither weighted, nothing reads it.
-        self._tracks_prefixes = bool(self.weights.get("prefix") or self.weights.get("lru"))
+    def __init__(self, parameters: Mapping[str, Any]):
+        self.auto_tune: bool = parameters["autoTune"]
+        self.block_size_tokens: int = parameters["blockSizeTokens"]
+        self.max_prefix_tokens: int = parameters["maxPrefixTokensToMatch"]
+        self.max_prefix_blocks: int = parameters["maxPrefixBlocksToMatch"]
+        self.lru_capacity_per_server: int = parameters["lruCapacityPerServer"]
+        self.index = PrefixIndex()
 
-    def pick(self, request: Request, pods: Sequence[PodMetrics]) -> Decision:
-        if not pods:
-            raise ValueError("no candidate pods: the pool's selector matches no ready pod")
-        # Callers pass pods with distinct names (a gateway's backends by name, a simulated fleet).
-        by_name = {pod.name: pod for pod in pods}
-        names = list(by_name)
+    def match(self, request: Request, pods: Sequence[PodMetrics]) -> _MatchInfo:
+        # Upstream hashes a request once, with the block size of the *first* candidate
+        # (GetBlockSize: endpoints[0]); pods reporting another block size are matched with that
+        # one too. Pods of one Deployment agree anyway.
+        block_tokens = picker_block_size(self.block_size_tokens, pods[0].block_size, self.auto_tune)
+        hashes = picker_block_hashes(request.target_model, pseudo_token_bytes(request.prompt), block_tokens,
+                                     self._max_blocks(block_tokens))
+        matched = self.index.match(hashes)
+        return _MatchInfo(hashes, {pod.name: matched.get(pod.name, 0) for pod in pods}, block_tokens)
 
-        hashes: list[int] = []
-        match_blocks: dict[str, int] = {}
-        if self._tracks_prefixes:
-            # Upstream hashes a request once, with the block size of the *first* candidate
-            # (approximateprefix/plugin.go GetBlockSize: endpoints[0]); pods reporting another
-            # block size are matched with that one too. Pods of one Deployment agree anyway.
-            block_tokens = picker_block_size(self.block_size_tokens, pods[0].block_size, self.auto_tune)
-            hashes = picker_block_hashes(request.target_model, pseudo_token_bytes(request.prompt), block_tokens,
-                                         self.max_prefix_tokens // block_tokens)
-            matched = self.prefix_index.match(hashes)
-            match_blocks = {name: matched.get(name, 0) for name in names}
-        cold = not any(match_blocks.values())
+    def _max_blocks(self, block_tokens: int) -> int:
+        # resolveMaxBlocks.
+        if self.max_prefix_tokens > 0:
+            return self.max_prefix_tokens // block_tokens
+        return self.max_prefix_blocks or sys.maxsize
 
-        scores = {name: self._score(name, request, pods, match_blocks, len(hashes), cold) for name in self.weights}
-        # LDR scheduling/scheduler_profile.go@v0.10.0 runScorerPlugins: total = Σ weight·clamp(score)
-        # (enforceScoreRange clamps to [0, 1]), no normalising, accumulated scorer by scorer.
-        totals = dict.fromkeys(names, 0.0)
-        for scorer, weight in self.weights.items():
-            for pod, score in scores[scorer].items():
-                totals[pod] += weight * (0.0 if score < 0.0 else 1.0 if score > 1.0 else score)
-
-        # LDR picker/maxscore/picker.go@v0.10.0: shuffle, then stable sort by score, highest
-        # first, so equal totals are broken uniformly at random.
-        order = list(names)
-        self._rng.shuffle(order)
-        order.sort(key=lambda name: -totals[name])
-        chosen = order[0]
-
-        if self._tracks_prefixes:
-            self.prefix_index.add(hashes, chosen, self._lru_capacity(by_name[chosen]))
-        if "lru" in self.weights and cold:
-            self._cold_lru.pop(chosen, None)
-            self._cold_lru[chosen] = None
-            if len(self._cold_lru) > self.lru_size:
-                self._cold_lru.popitem(last=False)
-
-        return Decision(pod=chosen, totals=MappingProxyType(totals),
-                        scores=MappingProxyType({k: MappingProxyType(v) for k, v in scores.items()}),
-                        match_blocks=MappingProxyType(match_blocks), total_blocks=len(hashes))
+    def record(self, match: _MatchInfo, pod: PodMetrics) -> None:
+        """PreRequest: the chosen pod now (presumably) holds the request's blocks."""
+        self.index.add(match.hashes, pod.name, self._lru_capacity(pod))
 
     def _lru_capacity(self, pod: PodMetrics) -> int:
-        # approximateprefix/plugin.go makeserver: num_gpu_blocks under autoTune when reported.
-        # That counts vLLM blocks (16 tokens on GPUs) while the index holds blocks of at least
-        # 64 tokens, so upstream's index can remember up to 4x what the pod really caches.
+        # makeserver: num_gpu_blocks under autoTune when reported, else lruCapacityPerServer when
+        # positive, else the default. num_gpu_blocks counts vLLM blocks (16 tokens on GPUs) while
+        # the index holds blocks of at least 64 tokens, so upstream's index can remember up to 4x
+        # what the pod really caches.
         if self.auto_tune and pod.num_gpu_blocks is not None and pod.num_gpu_blocks > 0:
             return pod.num_gpu_blocks
-        return self.lru_capacity_per_server
+        if self.lru_capacity_per_server > 0:
+            return self.lru_capacity_per_server
+        return DEFAULT_LRU_CAPACITY_PER_SERVER
 
-    def _score(self, scorer: str, request: Request, pods: Sequence[PodMetrics], match_blocks: Mapping[str, int],
-               total_blocks: int, cold: bool) -> dict[str, float]:
-        if scorer == "queue":
-            return _min_max_scores({pod.name: pod.waiting for pod in pods})
-        if scorer == "runningRequests":
-            return _min_max_scores({pod.name: pod.running for pod in pods})
-        if scorer == "kvCache":
-            # LDR scorer/kvcacheutilization/kvcache_utilization.go@v0.10.0: not normalised.
-            return {pod.name: 1.0 - pod.kv_usage for pod in pods}
-        if scorer == "prefix":
-            # LDR scorer/prefix/plugin.go@v0.10.0 with matchLengthWeight 0 (its default, and
-            # HyperPod's weights field has no way to set it): matched / total blocks.
-            return {pod.name: (match_blocks[pod.name] / total_blocks if total_blocks else 0.0) for pod in pods}
-        if scorer == "loraAffinity":
-            return {pod.name: _lora_score(pod, request.target_model) for pod in pods}
-        if scorer == "lru":
-            return self._no_hit_lru_scores(pods, cold)
-        raise AssertionError(f"validate_weights let through {scorer!r}")
 
-    def _no_hit_lru_scores(self, pods: Sequence[PodMetrics], cold: bool) -> dict[str, float]:
-        # LDR scorer/nohitlru/no_hit_lru.go@v0.10.0. Warm requests (some pod matched a block)
-        # are neutral. Cold ones favour pods that never took a cold request (in candidate
-        # order), then the least recently used; rank = never-used count + position in the
-        # whole LRU (which may hold pods that are no longer candidates), clamped at 0.
-        if not cold:
+class _Scorer:
+    """One scorer plugin, built from its decoded parameters. `producer` names the prefix producer
+    whose match info it reads."""
+
+    producer: str | None = None
+
+    def __init__(self, parameters: Mapping[str, Any]):
+        """Scorers without parameters take none (upstream's factories ignore them)."""
+
+    def score(self, request: Request, pods: Sequence[PodMetrics], match: _MatchInfo | None) -> dict[str, float]:
+        raise NotImplementedError
+
+    def pre_request(self, chosen: str, match: _MatchInfo | None) -> None:
+        """What the scorer remembers of a pick (most remember nothing)."""
+
+
+class _QueueScorer(_Scorer):
+    # LDR scorer/queuedepth/queue.go@v0.10.0.
+    def score(self, request, pods, match):
+        return _min_max_scores({pod.name: pod.waiting for pod in pods})
+
+
+class _RunningRequestsScorer(_Scorer):
+    # LDR scorer/runningrequests/runningrequest.go@v0.10.0.
+    def score(self, request, pods, match):
+        return _min_max_scores({pod.name: pod.running for pod in pods})
+
+
+class _KvCacheScorer(_Scorer):
+    # LDR scorer/kvcacheutilization/kvcache_utilization.go@v0.10.0: not normalised.
+    def score(self, request, pods, match):
+        return {pod.name: 1.0 - pod.kv_usage for pod in pods}
+
+
+class _LoraAffinityScorer(_Scorer):
+    def score(self, request, pods, match):
+        return {pod.name: _lora_score(pod, request.target_model) for pod in pods}
+
+
+class _PrefixScorer(_Scorer):
+    """LDR scorer/prefix/plugin.go@v0.10.0: matched / total blocks, blended with
+    matchLengthWeight · min(1, matched·blockTokens / matchLengthScaleTokens)² when that weight is > 0."""
+
+    def __init__(self, parameters: Mapping[str, Any]):
+        super().__init__(parameters)
+        self.producer = parameters["prefixMatchInfoProducerName"] or PREFIX_PRODUCER
+        self.match_length_weight: float = parameters["matchLengthWeight"]
+        self.match_length_scale_tokens: int = parameters["matchLengthScaleTokens"]
+
+    def score(self, request, pods, match):
+        total = len(match.hashes)
+        if not total:
+            return {pod.name: 0.0 for pod in pods}
+        weight = self.match_length_weight
+        scores = {}
+        for pod in pods:
+            matched = match.match_blocks[pod.name]
+            ratio = matched / total
+            if weight > 0.0:
+                length = min(1.0, matched * match.block_tokens / self.match_length_scale_tokens)
+                ratio = weight * length * length + (1.0 - weight) * ratio
+            scores[pod.name] = ratio
+        return scores
+
+
+class _NoHitLruScorer(_Scorer):
+    """LDR scorer/nohitlru/no_hit_lru.go@v0.10.0. Warm requests (some pod matched a block) are
+    neutral. Cold ones favour pods that never took a cold request (in candidate order), then the
+    least recently used; rank = never-used count + position in the whole LRU (which may hold pods
+    that are no longer candidates), clamped at 0. PreRequest moves the pod of a cold pick."""
+
+    def __init__(self, parameters: Mapping[str, Any]):
+        super().__init__(parameters)
+        self.producer = parameters["prefixMatchInfoProducerName"] or PREFIX_PRODUCER
+        self.lru_size: int = parameters["lruSize"] if parameters["lruSize"] > 0 else DEFAULT_LRU_SIZE
+        self._lru: OrderedDict[str, None] = OrderedDict()  # pod names, least recently used first
+
+    def score(self, request, pods, match):
+        if not match.cold:
             return {pod.name: 0.5 for pod in pods}
         if len(pods) == 1:
             return {pods[0].name: 1.0}
-        position = {name: index for index, name in enumerate(self._cold_lru)}
+        position = {name: index for index, name in enumerate(self._lru)}
         never_used = [pod.name for pod in pods if pod.name not in position]
         scores = {name: 1.0 - rank / (len(pods) - 1) for rank, name in enumerate(never_used)}
         for pod in pods:
@@ -405,6 +479,145 @@ class EndpointPicker:
                 rank = len(never_used) + position[pod.name]
                 scores[pod.name] = max(0.0, 1.0 - rank / (len(pods) - 1))
         return scores
+
+    def pre_request(self, chosen, match):
+        if match.cold:
+            self._lru.pop(chosen, None)
+            self._lru[chosen] = None
+            if len(self._lru) > self.lru_size:
+                self._lru.popitem(last=False)
+
+
+_SCORERS = {QUEUE: _QueueScorer, RUNNING_REQUESTS: _RunningRequestsScorer, KV_CACHE: _KvCacheScorer,
+            LORA_AFFINITY: _LoraAffinityScorer, PREFIX: _PrefixScorer, NO_HIT_LRU: _NoHitLruScorer}
+# Roles that never change which pod a request goes to; such plugins are left out of the model.
+_ROLES_OUTSIDE_THE_PICK = ("data-layer", "flow-control", "request-control", "parser")
+
+
+class EndpointPicker:
+    """The llm-d picker as an EndpointPickerConfig configures it: score every pod, take the best, remember.
+
+    Built plugin by plugin from the config's one scheduling profile: its scorers with their
+    weights and parameters, the approximate prefix producers they read, the max-score picker.
+    Each `pick` runs what the picker does per request: every producer in use hashes the request
+    and matches it against its index, the weighted scorers score, the picker picks, then
+    PreRequest (each producer records the request's blocks for the chosen pod; the no-hit LRU
+    moves the pod when the request was cold). Requests are assumed to arrive one at a time,
+    each pick seeing the index updates of all earlier ones.
+
+    `config` is a loaded EndpointPickerConfig, or HyperPod-style weights (queue, kvCache, ...),
+    which are rendered into the config the stack deploys and loaded from it, so both paths
+    build the same plugins.
+    """
+
+    def __init__(self, config: EndpointPickerConfig | Mapping[str, Any], *, seed: int | None = None):
+        if not isinstance(config, EndpointPickerConfig):
+            config = load_endpoint_picker_config(render_endpoint_picker_config(config))
+        self.config = config
+        self._rng = random.Random(seed)
+        profile = _single_profile(config)
+        _check_token_producers(config)
+        self._scorers: dict[str, _Scorer] = {}
+        weights: dict[str, float] = {}
+        for entry in profile.plugins:
+            spec = config.plugin(entry.plugin_ref)
+            where = f"profile {profile.name!r}: {spec.name} ({spec.type})"
+            if spec.role == "scorer":
+                if spec.type not in _SCORERS:
+                    raise PickerConfigError(f"{where} is a scorer this model does not reproduce; the modelled scorers "
+                                            f"are {', '.join(_SCORERS)}. Remove it to predict with the others.")
+                if spec.name not in self._scorers:
+                    self._scorers[spec.name] = _SCORERS[spec.type](spec.parameters)
+                # Listed twice, upstream adds the scorer twice: the same as one entry with both weights.
+                weights[spec.name] = weights.get(spec.name, 0.0) + entry.weight
+            elif spec.role == "picker":
+                if spec.type != MAX_SCORE_PICKER:
+                    raise PickerConfigError(f"{where} is not modelled; only {MAX_SCORE_PICKER} is. Use it to predict.")
+            elif spec.role == "filter":
+                raise PickerConfigError(f"{where}: filters are not modelled (the model scores every ready pod). "
+                                        "Remove it to predict as if it let every pod through.")
+        self.weights: Mapping[str, float] = MappingProxyType(weights)
+        self._producers: dict[str, _PrefixProducer] = {}
+        for scorer in self._scorers.values():
+            if scorer.producer is not None and scorer.producer not in self._producers:
+                spec = config.plugin(scorer.producer)
+                if spec.type != PREFIX_PRODUCER:
+                    raise PickerConfigError(f"plugin {spec.name} ({spec.type}) produces the prefix match info a "
+                                            f"scorer reads; only {PREFIX_PRODUCER} is modelled. Point "
+                                            "prefixMatchInfoProducerName at one.")
+                self._producers[scorer.producer] = _PrefixProducer(spec.parameters)
+        # Plugins that take no part in this profile's picks (data layer, flow control, parsers,
+        # producers nothing here reads), for reports that say what the model leaves out.
+        self.ignored_plugins = tuple(
+            spec.name for spec in config.plugins
+            if spec.role in _ROLES_OUTSIDE_THE_PICK or (spec.role == "producer" and spec.name not in self._producers
+                                                        and spec.type != TOKEN_PRODUCER))
+
+    @classmethod
+    def from_config(cls, config: EndpointPickerConfig, *, seed: int | None = None) -> EndpointPicker:
+        return cls(config, seed=seed)
+
+    @property
+    def prefix_index(self) -> PrefixIndex:
+        """The index of the (first) prefix producer in use."""
+        return next(iter(self._producers.values())).index
+
+    def pick(self, request: Request, pods: Sequence[PodMetrics]) -> Decision:
+        if not pods:
+            raise ValueError("no candidate pods: the pool's selector matches no ready pod")
+        # Callers pass pods with distinct names (a gateway's backends by name, a simulated fleet).
+        by_name = {pod.name: pod for pod in pods}
+        names = list(by_name)
+        matches = {name: producer.match(request, pods) for name, producer in self._producers.items()}
+
+        scores = {name: scorer.score(request, pods, matches.get(scorer.producer))
+                  for name, scorer in self._scorers.items()}
+        # LDR scheduling/scheduler_profile.go@v0.10.0 runScorerPlugins: total = Σ weight·clamp(score),
+        # no normalising, accumulated scorer by scorer.
+        totals = dict.fromkeys(names, 0.0)
+        for scorer, weight in self.weights.items():
+            for pod, score in scores[scorer].items():
+                totals[pod] += weight * _clamp(score)
+
+        # LDR picker/maxscore/picker.go@v0.10.0: shuffle, then stable sort by score, highest
+        # first, so equal totals are broken uniformly at random. With maxNumOfEndpoints > 1 the
+        # request still goes to the first.
+        order = list(names)
+        self._rng.shuffle(order)
+        order.sort(key=lambda name: -totals[name])
+        chosen = order[0]
+
+        for name, producer in self._producers.items():
+            producer.record(matches[name], by_name[chosen])
+        for scorer in self._scorers.values():
+            scorer.pre_request(chosen, matches.get(scorer.producer))
+
+        first = next(iter(matches.values()), None)
+        return Decision(pod=chosen, totals=MappingProxyType(totals),
+                        scores=MappingProxyType({k: MappingProxyType(v) for k, v in scores.items()}),
+                        match_blocks=MappingProxyType(first.match_blocks if first else {}),
+                        total_blocks=len(first.hashes) if first else 0, weights=self.weights)
+
+
+def _single_profile(config: EndpointPickerConfig) -> SchedulingProfile:
+    handler = next(spec for spec in config.plugins if spec.role == "profile-handler")
+    if handler.type != SINGLE_PROFILE_HANDLER:
+        raise PickerConfigError(f"plugin {handler.name} ({handler.type}): only {SINGLE_PROFILE_HANDLER} is "
+                                "modelled (one profile picks every request); disaggregated and multi-profile "
+                                "scheduling are not")
+    return config.scheduling_profiles[0]
+
+
+def _check_token_producers(config: EndpointPickerConfig) -> None:
+    # The model hashes the estimate backend's pseudo-tokens; a real tokenizer gives other blocks.
+    for spec in config.plugins:
+        real_backend = spec.type == "tokenizer" or (
+            spec.type == TOKEN_PRODUCER and (spec.parameters["vllm"] is not None
+                                             or spec.parameters["udsTokenizerConfig"] is not None))
+        if real_backend:
+            raise PickerConfigError(f"plugin {spec.name} ({spec.type}) tokenizes with the model's tokenizer; this "
+                                    "model hashes the estimate backend's 4-byte pseudo-tokens only. Drop the "
+                                    "tokenizer backend (or use `estimate: {}`) to predict.")
 
 
 class RoundRobinPicker:

@@ -6,6 +6,7 @@ import pytest
 
 from routing.picker import (WEIGHT_NAMES, EndpointPicker, PickerConfigError, PodMetrics, Request,
                             RoundRobinPicker)
+from routing.plugins import load_endpoint_picker_config
 
 MODEL = "Qwen/Qwen2.5-0.5B-Instruct"
 # The picker hashes pseudo-tokens of 4 bytes in blocks of at least 64 of them: 256 characters.
@@ -25,6 +26,14 @@ def blocks(*letters: str) -> str:
     return "".join(letter * BLOCK_CHARS for letter in letters)
 
 
+def prefix_picker(**producer_parameters) -> EndpointPicker:
+    """A picker with only the prefix scorer, its producer tuned with `producer_parameters`."""
+    return EndpointPicker(load_endpoint_picker_config({
+        "apiVersion": "llm-d.ai/v1alpha1", "kind": "EndpointPickerConfig",
+        "plugins": [{"type": "approx-prefix-cache-producer", "parameters": producer_parameters},
+                    {"type": "prefix-cache-scorer"}]}), seed=0)
+
+
 def scores_of(weights, pods, prompt="hello") -> dict:
     return EndpointPicker(weights, seed=0).pick(request(prompt), pods).scores
 
@@ -33,22 +42,22 @@ def scores_of(weights, pods, prompt="hello") -> dict:
 
 def test_queue_scores_min_max_normalised_shortest_queue_best():
     pods = [PodMetrics("a", waiting=0), PodMetrics("b", waiting=5), PodMetrics("c", waiting=10)]
-    assert dict(scores_of({"queue": 1}, pods)["queue"]) == {"a": 1.0, "b": 0.5, "c": 0.0}
+    assert dict(scores_of({"queue": 1}, pods)["queue-scorer"]) == {"a": 1.0, "b": 0.5, "c": 0.0}
 
 
 def test_queue_scores_all_equal_queues_are_neutral_one():
     pods = [PodMetrics("a", waiting=7), PodMetrics("b", waiting=7)]
-    assert dict(scores_of({"queue": 1}, pods)["queue"]) == {"a": 1.0, "b": 1.0}
+    assert dict(scores_of({"queue": 1}, pods)["queue-scorer"]) == {"a": 1.0, "b": 1.0}
 
 
 def test_running_requests_uses_running_not_waiting():
     pods = [PodMetrics("a", running=2, waiting=9), PodMetrics("b", running=6, waiting=0)]
-    assert dict(scores_of({"runningRequests": 1}, pods)["runningRequests"]) == {"a": 1.0, "b": 0.0}
+    assert dict(scores_of({"runningRequests": 1}, pods)["running-requests-size-scorer"]) == {"a": 1.0, "b": 0.0}
 
 
 def test_kv_cache_is_one_minus_usage_and_not_normalised():
     pods = [PodMetrics("a", kv_usage=0.2), PodMetrics("b", kv_usage=0.4)]
-    got = scores_of({"kvCache": 1}, pods)["kvCache"]
+    got = scores_of({"kvCache": 1}, pods)["kv-cache-utilization-scorer"]
     assert got["a"] == pytest.approx(0.8) and got["b"] == pytest.approx(0.6)
 
 
@@ -62,12 +71,12 @@ def test_kv_cache_is_one_minus_usage_and_not_normalised():
 ])
 def test_lora_affinity_rules(pod, expected):
     decision = EndpointPicker({"loraAffinity": 1}, seed=0).pick(request("hi", lora="sql"), [pod])
-    assert decision.scores["loraAffinity"]["p"] == expected
+    assert decision.scores["lora-affinity-scorer"]["p"] == expected
 
 
 def test_lora_affinity_targets_the_model_when_no_adapter_is_named():
     pod = PodMetrics("p", running_loras=frozenset({MODEL}), max_lora=1)
-    assert EndpointPicker({"loraAffinity": 1}, seed=0).pick(request("hi"), [pod]).scores["loraAffinity"]["p"] == 1.0
+    assert EndpointPicker({"loraAffinity": 1}, seed=0).pick(request("hi"), [pod]).scores["lora-affinity-scorer"]["p"] == 1.0
 
 
 def test_prefix_scores_matched_over_total_blocks_after_the_first_request():
@@ -77,7 +86,7 @@ def test_prefix_scores_matched_over_total_blocks_after_the_first_request():
     second = picker.pick(request(blocks("a", "b", "z", "z")), idle("x", "y"))
     other = "y" if first.pod == "x" else "x"
     assert second.match_blocks[first.pod] == 2 and second.match_blocks[other] == 0
-    assert second.scores["prefix"][first.pod] == 0.5 and second.pod == first.pod
+    assert second.scores["prefix-cache-scorer"][first.pod] == 0.5 and second.pod == first.pod
 
 
 def test_prefix_final_partial_block_counts_in_the_total():
@@ -86,7 +95,7 @@ def test_prefix_final_partial_block_counts_in_the_total():
     decision = picker.pick(request(blocks("a") + "TAIL"), idle("x"))
     # 64 full pseudo-tokens + 1 partial: two blocks, of which only the first matches.
     assert decision.total_blocks == 2 and decision.match_blocks["x"] == 1
-    assert decision.scores["prefix"]["x"] == 0.5
+    assert decision.scores["prefix-cache-scorer"]["x"] == 0.5
 
 
 def test_prefix_differs_per_model_name():
@@ -103,7 +112,7 @@ def test_prefix_differs_per_model_name():
     (128, False, 192, 2),  # no autoTune: configured 192 is above the floor and used as is
 ])
 def test_prefix_block_size_autotune_and_64_token_floor(pod_block_size, auto_tune, configured, expected_blocks):
-    picker = EndpointPicker({"prefix": 1}, seed=0, auto_tune=auto_tune, block_size_tokens=configured)
+    picker = prefix_picker(autoTune=auto_tune, blockSizeTokens=configured)
     prompt = "x" * (384 * 4)  # 384 pseudo-tokens
     assert picker.pick(request(prompt), idle("p", block_size=pod_block_size)).total_blocks == expected_blocks
 
@@ -117,7 +126,7 @@ def test_prefix_block_size_comes_from_the_first_candidate_when_pods_disagree():
 
 
 def test_prefix_max_prefix_tokens_caps_the_hashed_blocks():
-    picker = EndpointPicker({"prefix": 1}, seed=0, max_prefix_tokens=128)
+    picker = prefix_picker(maxPrefixTokensToMatch=128)
     assert picker.pick(request(blocks("a", "b", "c", "d")), idle("p")).total_blocks == 2
 
 
@@ -165,7 +174,7 @@ def test_prefix_lru_capacity_is_fixed_when_the_pod_is_first_seen():
 
 
 def test_prefix_lru_capacity_without_autotune_is_lru_capacity_per_server():
-    picker = EndpointPicker({"prefix": 1}, seed=0, auto_tune=False, lru_capacity_per_server=5)
+    picker = prefix_picker(autoTune=False, lruCapacityPerServer=5)
     picker.pick(request(blocks("a")), idle("x", num_gpu_blocks=2))
     assert picker.prefix_index.capacity("x") == 5
 
@@ -183,7 +192,7 @@ def test_lru_cold_requests_rotate_never_used_first_then_least_recently_used():
     picker = EndpointPicker({"lru": 1}, seed=0)
     pods = idle("p0", "p1", "p2")
     first = picker.pick(request(blocks("a")), pods)
-    assert dict(first.scores["lru"]) == {"p0": 1.0, "p1": 0.5, "p2": 0.0}
+    assert dict(first.scores["no-hit-lru-scorer"]) == {"p0": 1.0, "p1": 0.5, "p2": 0.0}
     picked = [first.pod] + [picker.pick(request(blocks(letter)), pods).pod for letter in "bcdef"]
     assert picked == ["p0", "p1", "p2", "p0", "p1", "p2"]
 
@@ -193,10 +202,10 @@ def test_lru_warm_requests_score_half_everywhere_and_do_not_move_the_lru():
     pods = idle("p0", "p1", "p2")
     assert picker.pick(request(blocks("a")), pods).pod == "p0"  # cold: p0 never used, first
     warm = picker.pick(request(blocks("a", "b")), pods)
-    assert dict(warm.scores["lru"]) == {"p0": 0.5, "p1": 0.5, "p2": 0.5} and warm.pod == "p0"
+    assert dict(warm.scores["no-hit-lru-scorer"]) == {"p0": 0.5, "p1": 0.5, "p2": 0.5} and warm.pod == "p0"
     cold = picker.pick(request(blocks("z")), pods)
     # p0 took the only cold request so far; the warm one did not count.
-    assert dict(cold.scores["lru"]) == {"p1": 1.0, "p2": 0.5, "p0": 0.0}
+    assert dict(cold.scores["no-hit-lru-scorer"]) == {"p1": 1.0, "p2": 0.5, "p0": 0.0}
 
 
 def test_lru_rank_counts_pods_that_left_the_candidate_list():
@@ -204,11 +213,11 @@ def test_lru_rank_counts_pods_that_left_the_candidate_list():
     for letter in "abc":
         picker.pick(request(blocks(letter)), idle("p0", "p1", "p2"))
     # LRU is p0, p1, p2 (oldest first); with p0 gone upstream still ranks p1 at 1, p2 at 2.
-    assert dict(picker.pick(request(blocks("d")), idle("p1", "p2")).scores["lru"]) == {"p1": 0.0, "p2": 0.0}
+    assert dict(picker.pick(request(blocks("d")), idle("p1", "p2")).scores["no-hit-lru-scorer"]) == {"p1": 0.0, "p2": 0.0}
 
 
 def test_lru_single_candidate_scores_one():
-    assert scores_of({"lru": 1}, idle("only"))["lru"]["only"] == 1.0
+    assert scores_of({"lru": 1}, idle("only"))["no-hit-lru-scorer"]["only"] == 1.0
 
 
 # -- combination and picking --------------------------------------------------------------------
@@ -225,14 +234,14 @@ def test_total_is_the_weighted_sum_without_normalising():
 def test_scores_are_clamped_to_zero_one_before_weighting():
     pods = [PodMetrics("over", kv_usage=1.5), PodMetrics("under", kv_usage=-0.5)]
     decision = EndpointPicker({"kvCache": 3}, seed=0).pick(request("q"), pods)
-    assert decision.scores["kvCache"]["over"] == pytest.approx(-0.5)  # raw score kept for inspection
+    assert decision.scores["kv-cache-utilization-scorer"]["over"] == pytest.approx(-0.5)  # raw score kept for inspection
     assert decision.totals == {"over": 0.0, "under": 3.0}
 
 
 def test_zero_weights_are_not_scored_and_do_not_sway_the_pick():
     pods = [PodMetrics("busy", waiting=50, kv_usage=0.0), PodMetrics("idle", waiting=0, kv_usage=0.3)]
     decision = EndpointPicker({"queue": 0, "kvCache": 1}, seed=0).pick(request("q"), pods)
-    assert set(decision.scores) == {"kvCache"} and decision.pod == "busy"
+    assert set(decision.scores) == {"kv-cache-utilization-scorer"} and decision.pod == "busy"
 
 
 def test_prefix_weight_zero_keeps_no_prefix_state():
@@ -260,6 +269,62 @@ def test_the_same_seed_gives_the_same_picks_and_another_seed_does_not():
 def test_a_higher_total_always_wins_regardless_of_seed():
     pods = [PodMetrics("a", waiting=1), PodMetrics("b", waiting=0)]
     assert {EndpointPicker({"queue": 1}, seed=s).pick(request("q"), pods).pod for s in range(50)} == {"b"}
+
+
+# -- the score breakdown ----------------------------------------------------------------------------
+
+def test_breakdown_shows_each_scorers_raw_weight_and_weighted_value_per_pod():
+    pods = [PodMetrics("a", waiting=0, kv_usage=0.5), PodMetrics("b", waiting=4, kv_usage=1.5)]
+    decision = EndpointPicker({"queue": 2, "kvCache": 3}, seed=0).pick(request("q"), pods)
+    breakdown = decision.breakdown()
+    assert breakdown.chosen == "a" and [pod.pod for pod in breakdown.pods] == ["a", "b"]
+    a, b = breakdown.pods
+    assert [(part.scorer, part.raw, part.weight, part.weighted) for part in a.contributions] == [
+        ("queue-scorer", 1.0, 2.0, 2.0), ("kv-cache-utilization-scorer", 0.5, 3.0, 1.5)]
+    # b's raw KV score is -0.5 (usage above 1): shown raw, counted clamped at 0.
+    assert [(part.raw, part.weighted) for part in b.contributions] == [(0.0, 0.0), (-0.5, 0.0)]
+    assert a.total == 3.5 and b.total == 0.0
+    assert breakdown.runner_up == "b" and breakdown.margin == 3.5
+
+
+def test_breakdown_totals_are_the_totals_the_picker_maximised():
+    picker = EndpointPicker({"queue": 2, "kvCache": 2, "prefix": 3, "lru": 1}, seed=3)
+    pods = [PodMetrics("a", waiting=1, kv_usage=0.25), PodMetrics("b", kv_usage=0.75), PodMetrics("c", waiting=3)]
+    for prompt in (blocks("a", "b"), blocks("a", "c"), blocks("z")):
+        decision = picker.pick(request(prompt), pods)
+        for pod in decision.breakdown().pods:
+            assert pod.total == pytest.approx(sum(part.weighted for part in pod.contributions))
+            assert pod.total == decision.totals[pod.pod]
+
+
+def test_breakdown_of_a_random_tie_break_has_zero_margin_and_the_chosen_pod_first():
+    chosen = set()
+    for seed in range(20):
+        breakdown = EndpointPicker({"queue": 1}, seed=seed).pick(request("q"), idle("a", "b", "c")).breakdown()
+        assert breakdown.pods[0].pod == breakdown.chosen and breakdown.margin == 0.0
+        assert breakdown.runner_up != breakdown.chosen
+        chosen.add(breakdown.chosen)
+    assert chosen == {"a", "b", "c"}
+
+
+def test_breakdown_with_one_candidate_has_no_runner_up():
+    breakdown = EndpointPicker({"queue": 1}, seed=0).pick(request("q"), idle("only")).breakdown()
+    assert breakdown.runner_up is None and breakdown.margin is None and breakdown.pods[0].total == 1.0
+
+
+def test_breakdown_as_dict_is_json_ready():
+    import json
+
+    decision = EndpointPicker({"queue": 2}, seed=0).pick(request("q"), [PodMetrics("a"), PodMetrics("b", waiting=2)])
+    assert json.loads(json.dumps(decision.breakdown().as_dict())) == {
+        "chosen": "a", "runnerUp": "b", "margin": 2.0,
+        "pods": [{"pod": "a", "total": 2.0, "scorers": [{"scorer": "queue-scorer", "raw": 1.0, "weight": 2.0, "weighted": 2.0}]},
+                 {"pod": "b", "total": 0.0, "scorers": [{"scorer": "queue-scorer", "raw": 0.0, "weight": 2.0, "weighted": 0.0}]}]}
+
+
+def test_round_robin_decisions_have_an_empty_breakdown():
+    breakdown = RoundRobinPicker().pick(request("q"), idle("a", "b")).breakdown()
+    assert breakdown.chosen == "a" and breakdown.pods == () and breakdown.margin is None
 
 
 # -- configuration errors --------------------------------------------------------------------------

@@ -1,0 +1,683 @@
+"""The endpoint picker's configuration, as the llm-d router v0.10 reads it: `EndpointPickerConfig`.
+
+One config drives both sides: the Pulumi program renders it from the stack's weights
+(`render_endpoint_picker_config`) for the picker it deploys, and the routing toolkit loads it
+(`load_endpoint_picker_config`) to build its picker model plugin by plugin. Loading follows
+upstream's config loader (LDR pkg/epp/config/loader/{configloader,defaults,validation}.go and
+each plugin's factory @v0.10.0): what it refuses is refused here with the place, the value and
+the fix; what it accepts is accepted, with a warning where upstream would quietly do something
+a reader might not expect. Standard library and PyYAML only: the Pulumi program imports this.
+"""
+
+from __future__ import annotations
+
+import difflib
+import math
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Any, Mapping
+
+import yaml
+
+__all__ = [
+    "API_VERSION", "DEPRECATED_API_VERSION", "KIND", "WEIGHT_PLUGIN_TYPES", "MODELLED_TYPES", "KNOWN_TYPES",
+    "PickerConfigError", "Parameter", "PluginSpec", "ProfilePlugin", "SchedulingProfile", "EndpointPickerConfig",
+    "load_endpoint_picker_config", "render_endpoint_picker_config", "plugin_role", "plugin_parameters",
+]
+
+API_VERSION = "llm-d.ai/v1alpha1"
+# LDR configloader.go@v0.10.0 deprecatedSchemeGroupVersion: still decoded, with a deprecation log line.
+DEPRECATED_API_VERSION = "inference.networking.x-k8s.io/v1alpha1"
+KIND = "EndpointPickerConfig"
+# LDR defaults.go@v0.10.0 DefaultScorerWeight, for a scorer listed in a profile without a weight.
+DEFAULT_SCORER_WEIGHT = 1.0
+DEFAULT_PROFILE = "default"
+
+QUEUE = "queue-scorer"
+KV_CACHE = "kv-cache-utilization-scorer"
+PREFIX = "prefix-cache-scorer"
+PREFIX_PRODUCER = "approx-prefix-cache-producer"
+RUNNING_REQUESTS = "running-requests-size-scorer"
+LORA_AFFINITY = "lora-affinity-scorer"
+NO_HIT_LRU = "no-hit-lru-scorer"
+MAX_SCORE_PICKER = "max-score-picker"
+SINGLE_PROFILE_HANDLER = "single-profile-handler"
+TOKEN_PRODUCER = "token-producer"
+
+# HyperPod InferenceGatewayConfig weight -> the scorer that runs it (open-source-picker.md 3.2).
+# predictedLatency has none here: see render_endpoint_picker_config.
+WEIGHT_PLUGIN_TYPES: Mapping[str, str] = MappingProxyType({
+    "queue": QUEUE, "kvCache": KV_CACHE, "prefix": PREFIX, "runningRequests": RUNNING_REQUESTS,
+    "loraAffinity": LORA_AFFINITY, "lru": NO_HIT_LRU,
+})
+_ALL_WEIGHT_NAMES = ("queue", "kvCache", "prefix", "runningRequests", "loraAffinity", "predictedLatency", "lru")
+
+_TOP_LEVEL_KEYS = ("apiVersion", "kind", "featureGates", "plugins", "schedulingProfiles", "dataLayer", "flowControl",
+                   "requestHandler", "saturationDetector", "parser")
+# LDR cmd/epp/runner/runner.go@v0.10.0 RegisterFeatureGate calls, with their defaults.
+_FEATURE_GATES = {"flowControl": False, "haPopulateNonLeaderDatastore": True}
+
+
+class PickerConfigError(ValueError):
+    """Weights, an EndpointPickerConfig or parameters the picker (or this model of it) cannot run with."""
+
+
+@dataclass(frozen=True)
+class Parameter:
+    """One key a plugin's factory decodes from `parameters` (Go encoding/json, unknown keys refused)."""
+
+    key: str
+    kind: type  # int, float, bool, str or dict (a nested object): what the Go field's type accepts
+    default: Any
+    meaning: str
+
+
+@dataclass(frozen=True)
+class _PluginType:
+    role: str  # filter, scorer, picker, profile-handler, producer, ...
+    # The keys its factory decodes; None when the factory never reads its parameters (so upstream
+    # accepts anything there).
+    parameters: tuple[Parameter, ...] | None = None
+    alpha: bool = False
+    deprecated: bool = False
+
+    def accepted_keys(self) -> str:
+        return ", ".join(parameter.key for parameter in self.parameters or ()) or "none"
+
+
+_PREFIX_PRODUCER_PARAMETERS = (
+    Parameter("autoTune", bool, True, "take block size and index capacity from each pod's vllm:cache_config_info"),
+    Parameter("blockSizeTokens", int, 16, "tokens per hashed block, raised to at least 64 at request time"),
+    Parameter("blockSize", int, 0, "deprecated: mapped onto blockSizeTokens when that is left at 16"),
+    Parameter("maxPrefixBlocksToMatch", int, 2048, "deprecated block cap, used only when maxPrefixTokensToMatch is 0"),
+    Parameter("maxPrefixTokensToMatch", int, 131072, "tokens of prefix hashed at most; 0 with a block cap of 0: all"),
+    Parameter("lruCapacityPerServer", int, 31250, "blocks remembered per pod without autoTune; <= 0 means 31250"),
+)
+_PRODUCER_NAME = Parameter("prefixMatchInfoProducerName", str, "", "which prefix producer's match info to read")
+
+# Every plugin type LDR v0.10.0 registers (cmd/epp/runner/runner.go registerInTreePlugins), by role.
+# Parameters are listed for the types this toolkit models; the others load (their parameters
+# unchecked) and are refused by the picker model when they would take part in a pick.
+_MODELLED: dict[str, _PluginType] = {
+    QUEUE: _PluginType("scorer"),  # scorer/queuedepth/queue.go: factory ignores parameters
+    KV_CACHE: _PluginType("scorer"),
+    RUNNING_REQUESTS: _PluginType("scorer"),
+    LORA_AFFINITY: _PluginType("scorer"),
+    PREFIX: _PluginType("scorer", (  # scorer/prefix/plugin.go Config
+        _PRODUCER_NAME,
+        Parameter("matchLengthWeight", float, 0.0, "share of the score from absolute match length, 0..1"),
+        Parameter("matchLengthScaleTokens", int, 8192, "match length that counts as full, with matchLengthWeight > 0"),
+    )),
+    NO_HIT_LRU: _PluginType("scorer", (  # scorer/nohitlru/no_hit_lru.go Parameters
+        Parameter("lruSize", int, 1024, "pods remembered in the cold-request LRU; <= 0 means 1024"),
+        _PRODUCER_NAME,
+        Parameter("prefixPluginType", str, "", "deprecated, never read"),
+        Parameter("prefixPluginName", str, "", "deprecated, never read"),
+    )),
+    PREFIX_PRODUCER: _PluginType("producer", _PREFIX_PRODUCER_PARAMETERS),  # dataproducer/approximateprefix/types.go
+    MAX_SCORE_PICKER: _PluginType("picker", (  # picker/common.go PickerParameters
+        Parameter("maxNumOfEndpoints", int, 1, "endpoints returned, best first; the request goes to the first"),
+    )),
+    SINGLE_PROFILE_HANDLER: _PluginType("profile-handler"),
+    # dataproducer/tokenizer/tokenizer.go tokenizerPluginConfig. The model hashes what the
+    # `estimate` backend (the one used with no tokenizer) produces; the picker model refuses
+    # the vllm and uds backends, which count real tokens.
+    TOKEN_PRODUCER: _PluginType("producer", (
+        Parameter("estimate", dict, None, "the tokenizer-free backend's media placeholder estimates"),
+        Parameter("vllm", dict, None, "tokenize through a vLLM /render endpoint"),
+        Parameter("udsTokenizerConfig", dict, None, "deprecated gRPC-over-UDS tokenizer"),
+        Parameter("modelName", str, "", "the model whose tokenizer the vllm and uds backends load"),
+    )),
+}
+
+
+def _roles(role: str, *names: str, alpha: tuple[str, ...] = (), deprecated: tuple[str, ...] = ()) -> dict:
+    return {name: _PluginType(role, alpha=name in alpha, deprecated=name in deprecated) for name in names}
+
+
+_NOT_MODELLED: dict[str, _PluginType] = {
+    **_roles("filter", "label-selector-filter", "by-label-selector", "by-label", "encode-filter", "decode-filter",
+             "prefill-filter", "session-affinity-filter", "endpoint-attribute-filter", "topology-affinity-filter",
+             "utilization-filter", "multicluster-session-affinity-filter", "prefix-cache-affinity-filter",
+             "slo-headroom-tier-filter", "header-based-testing-filter",
+             alpha=("session-affinity-filter", "endpoint-attribute-filter", "topology-affinity-filter",
+                    "utilization-filter", "multicluster-session-affinity-filter"),
+             deprecated=("by-label-selector", "by-label")),
+    **_roles("scorer", "load-aware-scorer", "context-length-aware", "session-affinity-scorer",
+             "header-label-affinity-scorer", "token-load-scorer", "active-request-scorer", "precise-prefix-cache-scorer",
+             "mm-embeddings-cache-scorer", "endpoint-attribute-scorer", "topology-affinity-scorer",
+             "multicluster-queue-scorer", "multicluster-kv-cache-utilization-scorer",
+             "multicluster-prefix-cache-scorer", "latency-scorer",
+             alpha=("session-affinity-scorer", "header-label-affinity-scorer", "endpoint-attribute-scorer",
+                    "topology-affinity-scorer", "multicluster-queue-scorer",
+                    "multicluster-kv-cache-utilization-scorer", "multicluster-prefix-cache-scorer")),
+    **_roles("picker", "random-picker", "weighted-random-picker"),
+    **_roles("profile-handler", "data-parallel-profile-handler", "disagg-profile-handler", "disagg-headers-handler",
+             "prefill-header-handler", "pd-profile-handler", "header-profile-handler",
+             alpha=("header-profile-handler",),
+             deprecated=("disagg-headers-handler", "prefill-header-handler", "pd-profile-handler")),
+    **_roles("decider", "always-disagg-pd-decider", "prefix-based-pd-decider", "always-disagg-multimodal-decider"),
+    **_roles("producer", "precise-prefix-cache-producer", "burst-prefix-cache-producer", "p2p-source-producer",
+             "multicluster-approx-prefix-cache-producer", "inflight-load-producer", "predicted-latency-producer",
+             "tokenizer", "mm-embeddings-cache-producer", "session-id-producer",
+             alpha=("burst-prefix-cache-producer", "p2p-source-producer", "multicluster-approx-prefix-cache-producer"),
+             deprecated=("tokenizer",)),
+    **_roles("data-layer", "metrics-data-source", "core-metrics-extractor", "models-data-source", "models-data-extractor", "topology-extractor", "dcgm-data-source",
+             "dcgm-extractor", "multicluster-metrics-data-source", "multicluster-metrics-extractor",
+             "k8s-notification-source", "endpoint-notification-source", "file-discovery",
+             "multicluster-file-discovery",
+             alpha=("topology-extractor", "dcgm-data-source", "dcgm-extractor", "multicluster-metrics-data-source",
+                    "multicluster-metrics-extractor", "multicluster-file-discovery")),
+    **_roles("flow-control", "global-strict-fairness-policy", "round-robin-fairness-policy", "program-aware-fairness",
+             "fcfs-ordering-policy", "edf-ordering-policy", "slo-deadline-ordering-policy",
+             "static-usage-limit-policy", "sheddable-eviction-filter", "priority-then-time-eviction-order-policy",
+             "priority-holdback-policy", "soft-reflective-ceiling-policy", "concurrency-detector",
+             "utilization-detector",
+             alpha=("sheddable-eviction-filter", "priority-then-time-eviction-order-policy",
+                    "priority-holdback-policy", "soft-reflective-ceiling-policy")),
+    **_roles("request-control", "latency-slo-admitter", "probabilistic-admitter", "disaggregatedset-rollout-screener",
+             "request-attribute-reporter", "agent-identity", "destination-endpoint-served-verifier",
+             alpha=("disaggregatedset-rollout-screener", "agent-identity")),
+    **_roles("parser", "openai-parser", "anthropic-parser", "vllmhttp-parser", "vllmgrpc-parser", "passthrough-parser",
+             "vertexai-parser"),
+}
+
+MODELLED_TYPES: frozenset[str] = frozenset(_MODELLED)
+KNOWN_TYPES: frozenset[str] = frozenset(_MODELLED) | frozenset(_NOT_MODELLED)
+_PLUGIN_TYPES: Mapping[str, _PluginType] = MappingProxyType({**_NOT_MODELLED, **_MODELLED})
+# Roles a profile holds (LDR scheduler_profile.go AddPlugins); other plugins listed there are ignored.
+_PROFILE_ROLES = ("filter", "scorer", "picker")
+
+
+def plugin_role(plugin_type: str) -> str:
+    """filter, scorer, picker, profile-handler, producer, ... for a type LDR v0.10.0 registers."""
+    return _PLUGIN_TYPES[plugin_type].role
+
+
+def plugin_parameters(plugin_type: str) -> tuple[Parameter, ...] | None:
+    """The parameters a modelled plugin type accepts (None: its factory ignores them)."""
+    return _MODELLED[plugin_type].parameters
+
+
+@dataclass(frozen=True)
+class PluginSpec:
+    """One plugin instance. For the modelled types `parameters` holds every key the factory
+    decodes, as written or defaulted; for the others, what was written (not checked)."""
+
+    name: str
+    type: str
+    parameters: Mapping[str, Any]
+    # Where it came from: "plugins[2]", or the defaulting rule that added it.
+    origin: str
+
+    @property
+    def role(self) -> str:
+        return plugin_role(self.type)
+
+    @property
+    def modelled(self) -> bool:
+        return self.type in MODELLED_TYPES
+
+
+@dataclass(frozen=True)
+class ProfilePlugin:
+    plugin_ref: str
+    weight: float | None  # scorers only (defaulted to 1.0); None for filters and pickers
+
+
+@dataclass(frozen=True)
+class SchedulingProfile:
+    name: str
+    plugins: tuple[ProfilePlugin, ...]
+
+
+@dataclass(frozen=True)
+class EndpointPickerConfig:
+    """An EndpointPickerConfig after upstream's defaulting: every plugin named, every profile
+    with a picker, every scorer with a weight, the profile handler and the prefix producers
+    the scorers need in place. `warnings` are what upstream would log (or quietly do)."""
+
+    api_version: str
+    plugins: tuple[PluginSpec, ...]
+    scheduling_profiles: tuple[SchedulingProfile, ...]
+    feature_gates: Mapping[str, bool]
+    warnings: tuple[str, ...]
+
+    def plugin(self, name: str) -> PluginSpec:
+        for spec in self.plugins:
+            if spec.name == name:
+                return spec
+        raise KeyError(name)
+
+
+# -- loading ---------------------------------------------------------------------------------------
+
+class _StrictYamlLoader(yaml.SafeLoader):
+    """YAML with duplicate keys refused, as upstream's strict decoder refuses them."""
+
+
+def _construct_unique_mapping(loader: yaml.SafeLoader, node: yaml.MappingNode) -> dict:
+    mapping = {}
+    for key_node, value_node in node.value:
+        key = loader.construct_object(key_node, deep=True)
+        if key in mapping:
+            raise PickerConfigError(f"line {key_node.start_mark.line + 1}: key {key!r} appears twice; upstream's "
+                                    "strict decoder refuses duplicate keys. Keep one.")
+        mapping[key] = loader.construct_object(value_node, deep=True)
+    return mapping
+
+
+_StrictYamlLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_unique_mapping)
+
+
+def load_endpoint_picker_config(source: str | bytes | Mapping[str, Any]) -> EndpointPickerConfig:
+    """Parse, default and validate an EndpointPickerConfig (YAML/JSON text, or its decoded mapping)
+    the way LDR v0.10.0's loader does; PickerConfigError says where, what and the fix."""
+    document = _decode_document(source)
+    warnings: list[str] = []
+    api_version = _check_header(document, warnings)
+    feature_gates = _feature_gates(document.get("featureGates"), warnings)
+    for key in ("dataLayer", "flowControl", "requestHandler", "saturationDetector", "parser"):
+        if document.get(key) is not None and not isinstance(document[key], Mapping):
+            raise PickerConfigError(f"{key}: must be a mapping, got {_shown(document[key])}")
+    plugins = _plugins(document.get("plugins"), warnings)
+    profiles = _profiles(document.get("schedulingProfiles"), plugins, warnings)
+    plugins, profiles = _apply_system_defaults(plugins, profiles, warnings)
+    _check_prefix_producers(plugins, warnings)
+    return EndpointPickerConfig(api_version=api_version, plugins=tuple(plugins.values()),
+                                scheduling_profiles=profiles, feature_gates=MappingProxyType(feature_gates),
+                                warnings=tuple(warnings))
+
+
+def _decode_document(source: str | bytes | Mapping[str, Any]) -> Mapping[str, Any]:
+    document: Any = source
+    if isinstance(source, (str, bytes)):
+        try:
+            document = yaml.load(source, Loader=_StrictYamlLoader)  # noqa: S506 - a SafeLoader subclass
+        except yaml.YAMLError as error:
+            raise PickerConfigError(f"not YAML or JSON: {error}. Pass an EndpointPickerConfig document.") from error
+    if not isinstance(document, Mapping):
+        raise PickerConfigError(f"the config must be a mapping with apiVersion {API_VERSION} and kind {KIND}, "
+                                f"got {_shown(document)}")
+    unknown = [key for key in document if key not in _TOP_LEVEL_KEYS]
+    if unknown:
+        raise PickerConfigError(f"{unknown[0]}: not a field of {KIND} (strict decoding); its fields are "
+                                f"{', '.join(_TOP_LEVEL_KEYS)}")
+    return document
+
+
+def _check_header(document: Mapping[str, Any], warnings: list[str]) -> str:
+    api_version, kind = document.get("apiVersion"), document.get("kind")
+    if api_version not in (API_VERSION, DEPRECATED_API_VERSION):
+        raise PickerConfigError(f"apiVersion: {_shown(api_version)} is not a version the llm-d router v0.10 reads; "
+                                f"set apiVersion: {API_VERSION}")
+    if api_version == DEPRECATED_API_VERSION:
+        warnings.append(f"apiVersion {DEPRECATED_API_VERSION} is deprecated (upstream logs a DEPRECATION line); "
+                        f"use {API_VERSION}")
+    if kind != KIND:
+        raise PickerConfigError(f"kind: {_shown(kind)} is not {KIND}; set kind: {KIND}")
+    return api_version
+
+
+def _feature_gates(gates: Any, warnings: list[str]) -> dict[str, bool]:
+    enabled = dict(_FEATURE_GATES)
+    if gates is None:
+        return enabled
+    if not isinstance(gates, list) or not all(isinstance(gate, str) for gate in gates):
+        raise PickerConfigError(f"featureGates: must be a list of gate names (name or name=false), got {_shown(gates)}")
+    for index, gate in enumerate(gates):
+        name, _, value = gate.partition("=")
+        if name not in _FEATURE_GATES:
+            raise PickerConfigError(f"featureGates[{index}]: {gate!r} is not a feature gate of the llm-d router v0.10; "
+                                    f"known gates: {', '.join(_FEATURE_GATES)}")
+        enabled[name] = _go_bool(value, f"featureGates[{index}]") if value else True
+    if enabled["flowControl"]:
+        warnings.append("featureGates: flowControl queues requests in the picker under saturation; this model "
+                        "does not, so its picks assume requests are dispatched at once")
+    return enabled
+
+
+def _go_bool(text: str, where: str) -> bool:
+    # strconv.ParseBool after trimming and lower-casing (configloader.go loadFeatureConfig).
+    value = text.strip().lower()
+    if value in ("1", "t", "true"):
+        return True
+    if value in ("0", "f", "false"):
+        return False
+    raise PickerConfigError(f"{where}: {text!r} is not a boolean; write true or false")
+
+
+def _plugins(entries: Any, warnings: list[str]) -> dict[str, PluginSpec]:
+    if entries is None:
+        entries = []
+    if not isinstance(entries, list):
+        raise PickerConfigError(f"plugins: must be a list of {{type, name, parameters}}, got {_shown(entries)}")
+    plugins: dict[str, PluginSpec] = {}
+    for index, entry in enumerate(entries):
+        where = f"plugins[{index}]"
+        if not isinstance(entry, Mapping):
+            raise PickerConfigError(f"{where}: must be a mapping with `type` (and optionally `name`, `parameters`), "
+                                    f"got {_shown(entry)}")
+        unknown = [key for key in entry if key not in ("name", "type", "parameters")]
+        if unknown:
+            raise PickerConfigError(f"{where}.{unknown[0]}: not a plugin field (strict decoding); a plugin has "
+                                    "name, type and parameters")
+        plugin_type, name = entry.get("type"), entry.get("name")
+        for field_name, value in (("type", plugin_type), ("name", name)):
+            if value is not None and not isinstance(value, str):
+                raise PickerConfigError(f"{where}.{field_name}: must be a string, got {_shown(value)}")
+        name = name or plugin_type or ""  # defaults.go applyStaticDefaults: name defaults to type
+        if not plugin_type:
+            raise PickerConfigError(f"{where}: plugin {name!r} has no type; set type to a plugin type, e.g. {QUEUE}")
+        if name in plugins:
+            raise PickerConfigError(f"{where}: duplicate plugin name {name!r} (plugins[].name defaults to the type); "
+                                    "give each instance its own name")
+        if plugin_type not in _PLUGIN_TYPES:
+            close = _closest(plugin_type, KNOWN_TYPES)
+            hint = f"; did you mean {close}?" if close else f"; modelled types: {', '.join(sorted(MODELLED_TYPES))}"
+            raise PickerConfigError(f"{where}.type: plugin type {plugin_type!r} is not registered in the llm-d "
+                                    f"router v0.10{hint}")
+        kind = _PLUGIN_TYPES[plugin_type]
+        if kind.alpha:
+            warnings.append(f"{where}: {plugin_type} is Alpha; the picker starts only with "
+                            "--allow-experimental-plugins=true")
+        if kind.deprecated:
+            warnings.append(f"{where}: {plugin_type} is deprecated in the llm-d router v0.10")
+        parameters = _decode_parameters(plugin_type, entry.get("parameters"), where, name, warnings)
+        plugins[name] = PluginSpec(name=name, type=plugin_type, parameters=parameters, origin=where)
+    return plugins
+
+
+def _decode_parameters(plugin_type: str, raw: Any, where: str, name: str, warnings: list[str]) -> Mapping[str, Any]:
+    kind = _PLUGIN_TYPES[plugin_type]
+    if plugin_type not in MODELLED_TYPES or kind.parameters is None:
+        if raw and plugin_type in MODELLED_TYPES:
+            warnings.append(f"{where}.parameters: {plugin_type} takes no parameters; upstream's factory ignores "
+                            f"{_shown(raw)}")
+        return _frozen(raw if isinstance(raw, Mapping) else {})
+    values = {parameter.key: parameter.default for parameter in kind.parameters}
+    if raw is None:
+        raw = {}
+    if not isinstance(raw, Mapping):
+        raise PickerConfigError(f"{where}.parameters: must be a mapping of {plugin_type}'s parameters "
+                                f"({kind.accepted_keys()}), got {_shown(raw)}")
+    by_folded_key = {parameter.key.lower(): parameter for parameter in kind.parameters}
+    written = set()
+    for key, value in raw.items():
+        # Go's encoding/json matches field names case-insensitively, even with unknown fields refused.
+        parameter = by_folded_key.get(str(key).lower())
+        if parameter is None:
+            raise PickerConfigError(f"{where}.parameters.{key}: {name} ({plugin_type}) has no parameter {key!r} "
+                                    f"(upstream decodes parameters strictly); accepted: {kind.accepted_keys()}"
+                                    f"{_moved_prefix_parameter_hint(plugin_type, key)}")
+        if value is not None:  # JSON null leaves a Go field at its default
+            values[parameter.key] = _decoded_value(parameter, value, f"{where}.parameters.{key}")
+            written.add(parameter.key)
+    _check_plugin_parameters(plugin_type, values, written, where, warnings)
+    return MappingProxyType(values)
+
+
+def _moved_prefix_parameter_hint(plugin_type: str, key: Any) -> str:
+    if plugin_type == PREFIX and any(str(key).lower() == p.key.lower() for p in _PREFIX_PRODUCER_PARAMETERS):
+        return (f". Since llm-d router v0.9 the prefix tuning lives on the producer: declare a plugin of type "
+                f"{PREFIX_PRODUCER} with parameters: {{{key}: ...}} and leave prefix-cache-scorer's parameters out")
+    return ""
+
+
+def _decoded_value(parameter: Parameter, value: Any, where: str) -> Any:
+    kind = parameter.kind
+    if kind is bool:
+        ok = isinstance(value, bool)
+    elif kind is int:
+        # YAML becomes JSON before Go decodes it, so 16.0 reaches an int field as 16.
+        ok = (isinstance(value, int) and not isinstance(value, bool)) or (
+            isinstance(value, float) and value.is_integer())
+        value = int(value) if ok else value
+    elif kind is float:
+        ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+        value = float(value) if ok else value
+    elif kind is dict:
+        ok = isinstance(value, Mapping)
+        value = _frozen(value) if ok else value
+    else:
+        ok = isinstance(value, str)
+    if not ok:
+        raise PickerConfigError(f"{where}: {_shown(value)} is not {_KIND_NAMES[kind]} ({parameter.meaning}); "
+                                f"e.g. {parameter.key}: {_example(parameter)}")
+    return value
+
+
+_KIND_NAMES = {bool: "true or false", int: "a whole number", float: "a number", str: "a string",
+               dict: "a mapping"}
+
+
+def _example(parameter: Parameter) -> str:
+    if parameter.kind is bool:
+        return "true" if parameter.default else "false"
+    if parameter.kind is dict:
+        return "{}"
+    return str(parameter.default) if parameter.default != "" else "my-producer"
+
+
+def _check_plugin_parameters(plugin_type: str, values: dict[str, Any], written: set[str], where: str,
+                             warnings: list[str]) -> None:
+    """The checks each factory makes after decoding (the refusals are upstream's, word for word in substance)."""
+    if plugin_type == PREFIX_PRODUCER:
+        # approximateprefix/plugin.go ApproxPrefixCacheFactory and newDataProducer@v0.10.0.
+        if values["blockSize"] > 0:
+            warnings.append(f"{where}.parameters.blockSize is deprecated; use blockSizeTokens")
+            if values["blockSizeTokens"] == 16:
+                values["blockSizeTokens"] = values["blockSize"]
+            values["blockSize"] = 0
+        if not values["autoTune"] and values["blockSizeTokens"] <= 0:
+            raise PickerConfigError(f"{where}.parameters.blockSizeTokens: {values['blockSizeTokens']} with autoTune "
+                                    "false; the block size must be > 0 when autoTune is off (set blockSizeTokens, "
+                                    "e.g. 64, or autoTune: true)")
+        if values["maxPrefixTokensToMatch"] < 0:
+            raise PickerConfigError(f"{where}.parameters.maxPrefixTokensToMatch: {values['maxPrefixTokensToMatch']} "
+                                    "is negative; use 0 (no token cap) or a positive number of tokens")
+        if "blockSizeTokens" in written and 0 < values["blockSizeTokens"] < 64:
+            warnings.append(f"{where}.parameters.blockSizeTokens {values['blockSizeTokens']} is below 64; the "
+                            "picker raises it to 64 at request time")
+    elif plugin_type == PREFIX:
+        # scorer/prefix/plugin.go PrefixCachePluginFactory@v0.10.0.
+        weight = values["matchLengthWeight"]
+        if not 0.0 <= weight <= 1.0:
+            raise PickerConfigError(f"{where}.parameters.matchLengthWeight: {weight} is outside 0.0..1.0; it is the "
+                                    "share of the score taken by match length, e.g. 0.5")
+        if weight > 0.0 and values["matchLengthScaleTokens"] <= 0:
+            raise PickerConfigError(f"{where}.parameters.matchLengthScaleTokens: {values['matchLengthScaleTokens']} "
+                                    "with matchLengthWeight > 0; it must be > 0, e.g. 8192")
+
+
+def _profiles(entries: Any, plugins: Mapping[str, PluginSpec], warnings: list[str]) -> list[SchedulingProfile]:
+    if entries is None:
+        entries = []
+    if not isinstance(entries, list):
+        raise PickerConfigError(f"schedulingProfiles: must be a list of {{name, plugins}}, got {_shown(entries)}")
+    profiles: list[SchedulingProfile] = []
+    for index, entry in enumerate(entries):
+        where = f"schedulingProfiles[{index}]"
+        if not isinstance(entry, Mapping):
+            raise PickerConfigError(f"{where}: must be a mapping with name and plugins, got {_shown(entry)}")
+        unknown = [key for key in entry if key not in ("name", "plugins")]
+        if unknown:
+            raise PickerConfigError(f"{where}.{unknown[0]}: not a profile field (strict decoding); a profile has "
+                                    "name and plugins")
+        name = entry.get("name")
+        if not isinstance(name, str) or not name:
+            raise PickerConfigError(f"{where}: is missing a name; set name, e.g. {DEFAULT_PROFILE}")
+        if any(profile.name == name for profile in profiles):
+            raise PickerConfigError(f"{where}: duplicate profile name {name!r}; give each profile its own name")
+        refs = entry.get("plugins") or []
+        if not isinstance(refs, list):
+            raise PickerConfigError(f"{where}.plugins: must be a list of {{pluginRef, weight}}, got {_shown(refs)}")
+        profiles.append(SchedulingProfile(name, tuple(
+            _profile_plugin(ref, f"{where}.plugins[{position}]", plugins, warnings)
+            for position, ref in enumerate(refs))))
+    return profiles
+
+
+def _profile_plugin(entry: Any, where: str, plugins: Mapping[str, PluginSpec], warnings: list[str]) -> ProfilePlugin:
+    if not isinstance(entry, Mapping):
+        raise PickerConfigError(f"{where}: must be a mapping with pluginRef (and weight for a scorer), "
+                                f"got {_shown(entry)}")
+    unknown = [key for key in entry if key not in ("pluginRef", "weight")]
+    if unknown:
+        raise PickerConfigError(f"{where}.{unknown[0]}: not a field here (strict decoding); a profile entry has "
+                                "pluginRef and weight")
+    ref, weight = entry.get("pluginRef"), entry.get("weight")
+    if not isinstance(ref, str) or not ref:
+        raise PickerConfigError(f"{where}: is missing a pluginRef; name one of the plugins: {', '.join(plugins)}")
+    if ref not in plugins:
+        raise PickerConfigError(f"{where}.pluginRef: references undefined plugin {ref!r}; declare it under plugins "
+                                f"(defined: {', '.join(plugins) or 'none'})")
+    if weight is not None:
+        if isinstance(weight, bool) or not isinstance(weight, (int, float)) or not math.isfinite(weight):
+            raise PickerConfigError(f"{where}.weight: {_shown(weight)} is not a number; weights are numbers, e.g. "
+                                    "weight: 2")
+        weight = float(weight)
+        if weight < 0:
+            warnings.append(f"{where}.weight {weight:g}: upstream accepts negative weights, which turn "
+                            f"{ref} into a penalty")
+    role = plugins[ref].role
+    if role != "scorer":
+        if weight is not None:
+            warnings.append(f"{where}.weight: {ref} is a {role}, not a scorer; upstream ignores its weight")
+        weight = None
+        if role not in _PROFILE_ROLES:
+            warnings.append(f"{where}: {ref} is a {role}; a profile uses only filters, scorers and a picker, so "
+                            "upstream ignores it here")
+    elif weight is None:
+        weight = DEFAULT_SCORER_WEIGHT  # defaults.go ensureSchedulingLayer
+    return ProfilePlugin(ref, weight)
+
+
+def _apply_system_defaults(plugins: dict[str, PluginSpec], profiles: list[SchedulingProfile],
+                           warnings: list[str]) -> tuple[dict[str, PluginSpec], tuple[SchedulingProfile, ...]]:
+    """LDR defaults.go ensureSchedulingLayer and data_graph.go CreateMissingDataProducers@v0.10.0."""
+    plugins = dict(plugins)
+    if not profiles:
+        # Every filter, scorer and picker, each scorer at weight 1.
+        profiles = [SchedulingProfile(DEFAULT_PROFILE, tuple(
+            ProfilePlugin(spec.name, DEFAULT_SCORER_WEIGHT if spec.role == "scorer" else None)
+            for spec in plugins.values() if spec.role in _PROFILE_ROLES))]
+    handlers = [spec.name for spec in plugins.values() if spec.role == "profile-handler"]
+    if len(handlers) > 1:
+        raise PickerConfigError(f"plugins: several profile handlers ({', '.join(handlers)}); only one is allowed")
+    if not handlers:
+        if len(profiles) > 1:
+            raise PickerConfigError(f"schedulingProfiles: {len(profiles)} profiles and no profile handler; "
+                                    f"{SINGLE_PROFILE_HANDLER} runs one profile, so declare a handler that runs "
+                                    "several (e.g. disagg-profile-handler) or keep one profile")
+        plugins[SINGLE_PROFILE_HANDLER] = _default_plugin(SINGLE_PROFILE_HANDLER, "added: one profile, no handler")
+    elif plugins[handlers[0]].type == SINGLE_PROFILE_HANDLER and len(profiles) > 1:
+        raise PickerConfigError(f"schedulingProfiles: {SINGLE_PROFILE_HANDLER} cannot run {len(profiles)} profiles; "
+                                "keep one profile or use a handler that runs several")
+    pickers = [spec.name for spec in plugins.values() if spec.role == "picker"]
+    shared_picker = pickers[0] if pickers else MAX_SCORE_PICKER
+    completed = []
+    for index, profile in enumerate(profiles):
+        in_profile = [entry.plugin_ref for entry in profile.plugins if plugins[entry.plugin_ref].role == "picker"]
+        if len(in_profile) > 1:
+            raise PickerConfigError(f"schedulingProfiles[{index}]: profile {profile.name!r} lists pickers "
+                                    f"{', '.join(in_profile)}; a profile has one picker")
+        if not in_profile:
+            if len(pickers) > 1:
+                # Upstream takes whichever picker its plugin map yields first: not reproducible.
+                raise PickerConfigError(f"schedulingProfiles[{index}]: profile {profile.name!r} has no picker and "
+                                        f"several are declared ({', '.join(pickers)}); list the one it uses")
+            if shared_picker not in plugins:
+                plugins[MAX_SCORE_PICKER] = _default_plugin(MAX_SCORE_PICKER, "added: a profile without a picker")
+            profile = SchedulingProfile(profile.name, profile.plugins + (ProfilePlugin(shared_picker, None),))
+        completed.append(profile)
+    _add_missing_producers(plugins, completed)
+    return plugins, tuple(completed)
+
+
+def _add_missing_producers(plugins: dict[str, PluginSpec], profiles: list[SchedulingProfile]) -> None:
+    # A prefix-cache or no-hit-lru scorer reads the match info of the producer it names, by default
+    # one named approx-prefix-cache-producer, which is created with default parameters when absent.
+    for spec in list(plugins.values()):
+        if spec.type in (PREFIX, NO_HIT_LRU) and not spec.parameters["prefixMatchInfoProducerName"]:
+            if PREFIX_PRODUCER not in plugins:
+                plugins[PREFIX_PRODUCER] = _default_plugin(PREFIX_PRODUCER, f"added: {spec.name} needs its match info")
+
+
+def _check_prefix_producers(plugins: Mapping[str, PluginSpec], warnings: list[str]) -> None:
+    for spec in plugins.values():
+        if spec.type not in (PREFIX, NO_HIT_LRU):
+            continue
+        producer = spec.parameters["prefixMatchInfoProducerName"] or PREFIX_PRODUCER
+        where = f"{spec.origin}.parameters.prefixMatchInfoProducerName"
+        if producer not in plugins:
+            raise PickerConfigError(f"{where}: no plugin named {producer!r} produces prefix match info; declare it "
+                                    f"(type {PREFIX_PRODUCER} or precise-prefix-cache-producer) or leave the "
+                                    f"parameter out to use {PREFIX_PRODUCER}")
+        if plugins[producer].role != "producer":
+            warnings.append(f"{where}: {producer!r} is a {plugins[producer].role}, not a prefix producer; upstream "
+                            f"then finds no match info and {spec.name} scores every pod 0")
+
+
+def _default_plugin(plugin_type: str, origin: str) -> PluginSpec:
+    parameters = {parameter.key: parameter.default for parameter in plugin_parameters(plugin_type) or ()}
+    return PluginSpec(name=plugin_type, type=plugin_type, parameters=MappingProxyType(parameters), origin=origin)
+
+
+def _frozen(value: Any) -> Any:
+    if isinstance(value, Mapping):
+        return MappingProxyType({key: _frozen(item) for key, item in value.items()})
+    if isinstance(value, list):
+        return tuple(_frozen(item) for item in value)
+    return value
+
+
+def _shown(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def _closest(name: str, choices: frozenset[str] | tuple[str, ...]) -> str | None:
+    close = difflib.get_close_matches(name, sorted(choices), n=1)
+    return close[0] if close else None
+
+
+# -- rendering from weights ------------------------------------------------------------------------
+
+def render_endpoint_picker_config(weights: Mapping[str, Any]) -> dict[str, Any]:
+    """The EndpointPickerConfig (llm-d.ai/v1alpha1) that runs HyperPod-style `weights`.
+
+    One scorer per non-zero weight (queue -> queue-scorer, ..., lru -> no-hit-lru-scorer), the
+    approximate prefix producer when prefix or lru needs it (where v0.9+ reads the prefix
+    tuning), one `default` profile with the max-score picker. Plugins and profile entries
+    always come in the same order, so the rendered text, and any hash of it, is stable.
+    """
+    problems = []
+    for name, value in weights.items():
+        if name not in _ALL_WEIGHT_NAMES:
+            close = _closest(name, _ALL_WEIGHT_NAMES)
+            hint = f" (did you mean {close}?)" if close else ""
+            problems.append(f"{name}={value!r}: not a scorer weight{hint}; valid weights: {', '.join(_ALL_WEIGHT_NAMES)}")
+        elif isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0 or not math.isfinite(value):
+            problems.append(f"{name}={value!r}: weights are non-negative numbers, e.g. {name}=2")
+        elif name == "predictedLatency" and value > 0:
+            problems.append(f"predictedLatency={value!r}: the open-source picker has no equivalent without the "
+                            "latency-predictor sidecars (latency-scorer with predicted-latency-producer, trained "
+                            "online by the chart's router.latencyPredictor sidecars), which neither this stack nor "
+                            "the routing model provides; set predictedLatency=0")
+    if problems:
+        raise PickerConfigError("weights: " + "; ".join(problems))
+    active = [(name, weights[name]) for name in _ALL_WEIGHT_NAMES if name in WEIGHT_PLUGIN_TYPES and weights.get(name)]
+    types = [WEIGHT_PLUGIN_TYPES[name] for name, _ in active]
+    plugins = [{"type": plugin_type} for plugin_type in types]
+    if PREFIX in types or NO_HIT_LRU in types:
+        plugins.insert(types.index(PREFIX) if PREFIX in types else types.index(NO_HIT_LRU), {"type": PREFIX_PRODUCER})
+    plugins += [{"type": MAX_SCORE_PICKER}, {"type": SINGLE_PROFILE_HANDLER}]
+    refs = [{"pluginRef": WEIGHT_PLUGIN_TYPES[name], "weight": value} for name, value in active]
+    return {
+        "apiVersion": API_VERSION,
+        "kind": KIND,
+        "plugins": plugins,
+        "schedulingProfiles": [{"name": DEFAULT_PROFILE, "plugins": refs + [{"pluginRef": MAX_SCORE_PICKER}]}],
+    }
+
