@@ -488,34 +488,29 @@ def format_spread(predictions: Sequence[Prediction], seed: int) -> str:
 
 
 def format_explanation(prediction: Prediction) -> str:
-    """Request N's pick: each pod's raw score per scorer, weight × clamped score, the total,
-    and how far the runner-up was behind."""
+    """Request N's pick (the picker's `Decision.breakdown()`): each pod's raw score per scorer,
+    weight × clamped score, the total, and how far the runner-up was behind."""
     explained = prediction.picker.explained
     decision = explained.decision
-    weights = {name: float(value) for name, value in prediction.weights.items() if value}
-    scorers = [name for name in weights if name in decision.scores]
+    breakdown = decision.breakdown()
     seen = {pod.name: pod for pod in explained.seen}
-    width = max(len(name) for name in decision.totals)
+    width = max(len(score.pod) for score in breakdown.pods)
+    headers = [f"{part.scorer} ×{part.weight:g}" for part in breakdown.pods[0].contributions]
+    widths = [max(16, len(header)) for header in headers]
     when = f" at t={explained.at:.3f}s, picker replica {explained.replica}" if prediction.under_load else ""
-    lines = [f"Request {explained.index}{when}: prefix blocks matched per pod of {decision.total_blocks} "
-             "(the picker's index)",
-             f"  {'pod':<{width}}  {'seen: waiting':>13}  {'running':>7}  {'kv use':>6}  {'matched':>7}  "
-             + "  ".join(f"{f'{name} ×{weights[name]:g}':>18}" for name in scorers) + f"  {'total':>7}"]
-    ranked = sorted(decision.totals, key=lambda pod: (pod != decision.pod, -decision.totals[pod]))
-    for pod in ranked:
-        metrics = seen[pod]
-        cells = []
-        for name in scorers:
-            raw = decision.scores[name][pod]
-            clamped = min(1.0, max(0.0, raw))
-            cells.append(f"{f'{raw:.3f} → {weights[name] * clamped:.3f}':>18}")
-        marker = "  <- picked" if pod == decision.pod else ""
-        lines.append(f"  {pod:<{width}}  {metrics.waiting:>13}  {metrics.running:>7}  {metrics.kv_usage:>6.1%}  "
-                     f"{decision.match_blocks.get(pod, 0):>7}  " + "  ".join(cells)
-                     + f"  {decision.totals[pod]:>7.3f}{marker}")
-    if len(ranked) > 1:
-        runner_up = ranked[1]
-        margin = decision.totals[decision.pod] - decision.totals[runner_up]
-        tie = " (a tie, broken at random)" if margin == 0 else ""
-        lines.append(f"  margin over the runner-up {runner_up}: {margin:.3f}{tie}")
+    lines = [f"Request {explained.index}{when}: raw score -> weight × score per scorer; the request has "
+             f"{decision.total_blocks} prefix blocks, 'matched' is the picker's index",
+             f"  {'pod':<{width}}  {'waiting':>7}  {'running':>7}  {'kv use':>6}  {'matched':>7}  "
+             + "  ".join(f"{header:>{w}}" for header, w in zip(headers, widths)) + f"  {'total':>7}"]
+    for score in breakdown.pods:
+        metrics = seen[score.pod]
+        cells = "  ".join(f"{f'{part.raw:.3f} -> {part.weighted:.3f}':>{w}}"
+                          for part, w in zip(score.contributions, widths))
+        marker = "  <- picked" if score.pod == breakdown.chosen else ""
+        lines.append(f"  {score.pod:<{width}}  {metrics.waiting:>7}  {metrics.running:>7}  {metrics.kv_usage:>6.1%}  "
+                     f"{decision.match_blocks.get(score.pod, 0):>7}  {cells}  {score.total:>7.3f}{marker}")
+    if breakdown.runner_up is not None:
+        tie = " (a tie, broken at random)" if breakdown.margin == 0 else ""
+        lines.append(f"  margin over the runner-up {breakdown.runner_up}: {breakdown.margin:.3f}{tie}")
+    lines.append("  (waiting, running and kv use are what the picker's last scrape of each pod read)")
     return "\n".join(lines)
