@@ -25,6 +25,7 @@ import argparse
 import json
 import random
 import sys
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -34,17 +35,19 @@ from typing import Any, Callable, Mapping, Protocol, Sequence
 
 from .latency import EngineLimits, LatencyModel, LatencyProfile
 from .metrics import parse_metrics
-from .options import OptionError, add_model_options, load_stack_model, named_url, unique_named_urls
+from .options import (OptionError, add_model_options, load_stack_model, named_url, positive_seconds,
+                      unique_named_urls)
+from .simulate import DEFAULT_SCRAPE_INTERVAL
 
 HISTOGRAMS = ("vllm:request_prefill_time_seconds", "vllm:request_prefill_kv_computed_tokens",
               "vllm:request_queue_time_seconds", "vllm:time_to_first_token_seconds",
-              "vllm:inter_token_latency_seconds")
+              "vllm:inter_token_latency_seconds", "vllm:request_prompt_tokens")
 # Fractions of the server's max_model_len (capped) that the prefill phases' prompts aim at.
 PREFILL_TARGETS = (0.1, 0.3, 0.5)
 MAX_PREFILL_TOKENS = 3000
 DECODE_TOKENS = 32
 CONCURRENT_DECODES = 6
-REQUESTS_PER_PHASE = 4
+REQUESTS_PER_PHASE = 8
 REQUEST_TIMEOUT = 120.0
 _WORDS = ("alpha bravo charlie delta echo foxtrot golf hotel india juliet kilo lima mike november oscar papa "
           "quebec romeo sierra tango uniform victor whiskey xray yankee zulu the of and to in is that for on "
@@ -169,7 +172,8 @@ def run_phase(pod: PodChannel, model: str, phase: Phase, rng: random.Random) -> 
             "computed": mean_delta(before, after, "vllm:request_prefill_kv_computed_tokens"),
             "queue": mean_delta(before, after, "vllm:request_queue_time_seconds"),
             "ttft": mean_delta(before, after, "vllm:time_to_first_token_seconds"),
-            "itl": mean_delta(before, after, "vllm:inter_token_latency_seconds")}
+            "itl": mean_delta(before, after, "vllm:inter_token_latency_seconds"),
+            "prompt": mean_delta(before, after, "vllm:request_prompt_tokens")}
 
 
 def _served_model(pod: PodChannel) -> tuple[str, int]:
@@ -208,16 +212,52 @@ def fit(samples: Sequence[Mapping[str, Any]], budget: int) -> LatencyModel:
                              "vllm:request_prefill_time_seconds and vllm:inter_token_latency_seconds?)")
     solution, *_ = numpy.linalg.lstsq(numpy.array(rows, dtype=float), numpy.array(targets, dtype=float), rcond=None)
     step_s, prefill_token_s, decode_seq_s = (max(0.0, float(value)) for value in solution)
-    overheads = [s["ttft"] - s["queue"] - s["prefill"] for s in samples
-                 if s["kind"] == "prefill" and None not in (s["ttft"], s["queue"], s["prefill"])]
-    overhead = max(0.0, sum(overheads) / len(overheads)) if overheads else 0.0
+    # What vLLM's TTFT holds besides queue and prefill grows with the prompt (the API server
+    # tokenizes it): a line through the prefill phases' (prompt tokens, overhead) means.
+    points = [(s["prompt"], s["ttft"] - s["queue"] - s["prefill"]) for s in samples
+              if s["kind"] == "prefill" and None not in (s["ttft"], s["queue"], s["prefill"], s["prompt"])]
+    overhead = overhead_token = 0.0
+    if len(points) >= 2 and len({x for x, _ in points}) >= 2:
+        overhead_token, overhead = (float(v) for v in numpy.polyfit([x for x, _ in points], [y for _, y in points], 1))
+        overhead_token = max(0.0, overhead_token)
+    elif points:
+        overhead = sum(y for _, y in points) / len(points)
     return LatencyModel(step_s=step_s, prefill_token_s=prefill_token_s, decode_seq_s=decode_seq_s,
-                        overhead_s=overhead)
+                        overhead_s=max(0.0, overhead), overhead_token_s=overhead_token)
+
+
+class Scraper:
+    """GETs every pod's /metrics every `interval` seconds while calibrating, as the picker does
+    in production: rendering the page costs a vLLM API server time its requests then wait for."""
+
+    def __init__(self, pods: Sequence[PodChannel], interval: float):
+        self.pods, self.interval = pods, interval
+        self._stop = threading.Event()
+        self._threads = [threading.Thread(target=self._run, args=(pod,), daemon=True) for pod in pods]
+
+    def _run(self, pod: PodChannel) -> None:
+        while not self._stop.wait(self.interval):
+            try:
+                pod.get("/metrics")
+            except CalibrateError:
+                pass  # the phase's own reads report a pod that stopped answering
+
+    def __enter__(self) -> Scraper:
+        for thread in self._threads:
+            thread.start()
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self._stop.set()
+        for thread in self._threads:
+            thread.join(timeout=5)
 
 
 def calibrate(pods: Sequence[PodChannel], *, seed: int = 0, limits: EngineLimits | None = None,
+              scrape_interval: float = DEFAULT_SCRAPE_INTERVAL,
               progress: Callable[[str], None] = print) -> LatencyProfile:
-    """Runs the calibration workload on every pod at once and fits the profile."""
+    """Runs the calibration workload on every pod at once, scraped as the picker scrapes them,
+    and fits the profile."""
     if not pods:
         raise CalibrateError("no pods to calibrate: pass --pod-url NAME=URL, or --stack and --model")
     model, max_model_len = _served_model(pods[0])
@@ -239,12 +279,13 @@ def calibrate(pods: Sequence[PodChannel], *, seed: int = 0, limits: EngineLimits
             samples.append({"pod": pod.name, "phase": phase.name, "kind": kind, "sequences": phase.concurrent,
                             **means})
             progress(f"  {pod.name} {phase.name}: " + ", ".join(
-                f"{key} {value * 1000:.1f} ms" if key not in ("computed",) else f"{key} {value:.0f} tokens"
+                f"{key} {value:.0f} tokens" if key in ("computed", "prompt") else f"{key} {value * 1000:.1f} ms"
                 for key, value in means.items() if value is not None))
         return samples
 
-    progress(f"calibrating {len(pods)} pod(s) serving {model} at once: {len(plan)} phases each")
-    with ThreadPoolExecutor(len(pods)) as pool:
+    progress(f"calibrating {len(pods)} pod(s) serving {model} at once, scraped every {scrape_interval * 1000:g} ms: "
+             f"{len(plan)} phases each")
+    with Scraper(pods, scrape_interval), ThreadPoolExecutor(len(pods)) as pool:
         samples = [sample for pod_samples in pool.map(one_pod, enumerate(pods)) for sample in pod_samples]
     latency = fit(samples, budget)
     return LatencyProfile(latency, cache.block_size, cache.num_gpu_blocks, limits,
@@ -272,6 +313,9 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     parser.add_argument("--max-num-batched-tokens", type=int, metavar="N",
                         help="the pods' vLLM --max-num-batched-tokens, likewise")
     parser.add_argument("--seed", type=int, default=0, help="seed of the calibration prompts (default 0)")
+    parser.add_argument("--scrape-interval", type=positive_seconds, default=DEFAULT_SCRAPE_INTERVAL, metavar="S",
+                        help=f"scrape /metrics this often meanwhile, as the picker will (default "
+                             f"{DEFAULT_SCRAPE_INTERVAL:g})")
     parser.set_defaults(func=run)
     return parser
 
@@ -298,7 +342,8 @@ def run(args: argparse.Namespace) -> int:
         if args.max_num_seqs is not None:
             limits = EngineLimits(args.max_num_seqs, args.max_num_batched_tokens)
         pods = _pods(args)
-        profile = calibrate(pods, seed=args.seed, limits=limits, progress=lambda line: print(line, flush=True))
+        profile = calibrate(pods, seed=args.seed, limits=limits, scrape_interval=args.scrape_interval,
+                            progress=lambda line: print(line, flush=True))
     except (OptionError, CalibrateError, ValueError) as error:
         print(f"calibrate: {error}", file=sys.stderr)
         return 2
@@ -308,8 +353,8 @@ def run(args: argparse.Namespace) -> int:
     profile.save(args.out)
     model = profile.latency
     print(f"step {model.step_s * 1000:.2f} ms + {model.prefill_token_s * 1e6:.1f} µs per prompt token computed + "
-          f"{model.decode_seq_s * 1000:.2f} ms per decoding sequence; {model.overhead_s * 1000:.1f} ms outside the "
-          f"engine before the first token; block size {profile.block_size}, {profile.num_gpu_blocks} KV blocks"
+          f"{model.decode_seq_s * 1000:.2f} ms per decoding sequence; {model.overhead_s * 1000:.1f} ms + "
+          f"{model.overhead_token_s * 1e6:.1f} µs per prompt token outside the engine before the first token; block size {profile.block_size}, {profile.num_gpu_blocks} KV blocks"
           + ("" if profile.limits is None else f", max_num_seqs {profile.limits.max_num_seqs}, "
                                                f"max_num_batched_tokens {profile.limits.max_num_batched_tokens}"))
     print(f"profile written to {args.out}: python -m routing predict ... --latency-profile {args.out}")

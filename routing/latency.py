@@ -7,8 +7,9 @@ The model here is linear in what a step does:
     step = step_s + prefill_token_s × prompt tokens computed + decode_seq_s × sequences decoding
 
 Cached prompt tokens are not computed, so a prefix-cache hit shortens the step that serves
-it. `overhead_s` is what a request spends outside the engine before its first token
-(HTTP, tokenizing, detokenizing): it adds to TTFT but holds no engine time.
+it. `overhead_s + overhead_token_s × prompt tokens` is what a request spends in the server
+outside the engine before its first token (HTTP, tokenizing the prompt, detokenizing): it
+adds to TTFT but holds no engine time.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ class LatencyModel:
     prefill_token_s: float
     decode_seq_s: float
     overhead_s: float
+    overhead_token_s: float = 0.0
 
     def __post_init__(self) -> None:
         for name, value in asdict(self).items():
@@ -40,6 +42,9 @@ class LatencyModel:
 
     def step_seconds(self, prefill_tokens: int, decode_seqs: int) -> float:
         return self.step_s + self.prefill_token_s * prefill_tokens + self.decode_seq_s * decode_seqs
+
+    def overhead_seconds(self, prompt_tokens: int) -> float:
+        return self.overhead_s + self.overhead_token_s * prompt_tokens
 
 
 # Used when predict has no profile: round figures for a ~0.5B model on one data-centre GPU

@@ -248,7 +248,7 @@ def simulate_under_load(prepared: Prepared, plan: LoadPlan, fleet: Fleet, *, see
 
     The picker picks when a request is sent, from each pod's gauges as of its last scrape
     (each (replica, pod) scraped every `scrape_interval` from its own random phase); the
-    request reaches the server `latency.overhead_s` later; TTFT runs from the send to the end
+    request reaches the engine the latency model's overhead later; TTFT runs from the send to the end
     of the step that samples its first token.
     """
     rng = random.Random(seed)
@@ -262,7 +262,7 @@ def simulate_under_load(prepared: Prepared, plan: LoadPlan, fleet: Fleet, *, see
     scrapes = [_Scrapes(pod) for pod in idle]
     interval = fleet.scrape_interval
     phases = [[rng.random() * interval for _ in engines] for _ in fleet.pickers]
-    overhead = fleet.latency.overhead_s
+    overhead = fleet.latency.overhead_seconds
 
     sent_at = [0.0] * count
     ttfts = [0.0] * count
@@ -288,7 +288,7 @@ def simulate_under_load(prepared: Prepared, plan: LoadPlan, fleet: Fleet, *, see
             explained = Explained(index, replica, now, tuple(seen), decision)
         sent_at[index] = now
         placements[index] = decision.pod
-        heapq.heappush(events, (now + overhead, next(order), ARRIVE, index))
+        heapq.heappush(events, (now + overhead(prepared.prompt_lens[index]), next(order), ARRIVE, index))
 
     # Sessions: a turn waits for its session's previous turn.
     session_of = plan.sessions
