@@ -433,7 +433,7 @@ def vllm_pair(model_dir: Path, log_dir: Path, vllm_python: str, *, out: TextIO |
     with step("starting two vLLM servers", f"read the server log shown above (in {log_dir}); on a busy machine "
                                            "raise --start-timeout"):
         servers = start_servers(2, model_dir, SERVED_MODEL, vllm_python, log_dir, timeout, out,
-                                extra_args=extra_args)
+                                tinymodel.MAX_MODEL_LEN, extra_args)
     try:
         with step(f"reading {servers[0].url}/metrics for vllm:cache_config_info",
                   f"the server must be vLLM 0.9.2 or later and still up: see {log_dir}"):
