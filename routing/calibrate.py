@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import json
 import random
+import statistics
 import sys
 import threading
 import time
@@ -150,22 +151,40 @@ class Phase:
     words: int
     max_tokens: int
     concurrent: int
+    # Every prompt of the phase starts with the same `words` and adds a short unique question:
+    # all but the first hit the cache, so their prefill reads a long cached context.
+    shared_prefix: bool = False
 
 
 def phases(max_model_len: int, tokens_per_word: float) -> list[Phase]:
     cap = min(MAX_PREFILL_TOKENS, max_model_len)
-    prefill = [Phase(f"prefill-{round(fraction * 100)}%", max(8, int(fraction * cap / tokens_per_word)), 2, 1)
+    # One output token: the client's wait for the whole answer is then its time to first token.
+    prefill = [Phase(f"prefill-{round(fraction * 100)}%", max(8, int(fraction * cap / tokens_per_word)), 1, 1)
                for fraction in PREFILL_TARGETS]
-    return prefill + [Phase("decode-1", 16, DECODE_TOKENS, 1),
-                      Phase(f"decode-{CONCURRENT_DECODES}", 16, DECODE_TOKENS, CONCURRENT_DECODES)]
+    long_words = max(8, int(0.3 * cap / tokens_per_word))
+    return prefill + [
+        Phase("prefill-hit", long_words, 1, 1, shared_prefix=True),
+        Phase("decode-1", 16, DECODE_TOKENS, 1),
+        Phase(f"decode-{CONCURRENT_DECODES}", 16, DECODE_TOKENS, CONCURRENT_DECODES),
+        Phase("decode-long-1", long_words, DECODE_TOKENS, 1),
+        Phase(f"decode-long-{CONCURRENT_DECODES // 2}", long_words, DECODE_TOKENS, CONCURRENT_DECODES // 2)]
 
 
 def run_phase(pod: PodChannel, model: str, phase: Phase, rng: random.Random) -> dict[str, float | None]:
     before = histogram_totals(pod.get("/metrics").decode())
-    bodies = [{"model": model, "prompt": prompt(rng, phase.words), "max_tokens": phase.max_tokens,
-               "temperature": 0, "ignore_eos": True} for _ in range(REQUESTS_PER_PHASE * phase.concurrent)]
+    count = REQUESTS_PER_PHASE * phase.concurrent
+    shared = prompt(rng, phase.words)
+    texts = ([f"{shared} {prompt(rng, 12)}" for _ in range(count)] if phase.shared_prefix
+             else [prompt(rng, phase.words) for _ in range(count)])
+    bodies = [{"model": model, "prompt": text, "max_tokens": phase.max_tokens, "temperature": 0, "ignore_eos": True}
+              for text in texts]
+    def timed(body: Mapping[str, Any]) -> float:
+        started = time.monotonic()
+        pod.post("/v1/completions", body)
+        return time.monotonic() - started
+
     with ThreadPoolExecutor(phase.concurrent) as pool:
-        list(pool.map(lambda body: pod.post("/v1/completions", body), bodies))
+        durations = list(pool.map(timed, bodies))
     time.sleep(0.3)  # the counters are updated just after the last response
     after = histogram_totals(pod.get("/metrics").decode())
     return {"prefill": mean_delta(before, after, "vllm:request_prefill_time_seconds"),
@@ -173,7 +192,10 @@ def run_phase(pod: PodChannel, model: str, phase: Phase, rng: random.Random) -> 
             "queue": mean_delta(before, after, "vllm:request_queue_time_seconds"),
             "ttft": mean_delta(before, after, "vllm:time_to_first_token_seconds"),
             "itl": mean_delta(before, after, "vllm:inter_token_latency_seconds"),
-            "prompt": mean_delta(before, after, "vllm:request_prompt_tokens")}
+            "prompt": mean_delta(before, after, "vllm:request_prompt_tokens"),
+            # How much identical requests' durations differ (seen from here: only the spread is used).
+            "spread": statistics.pstdev(durations) / statistics.mean(durations) if len(durations) > 1 else None,
+            "client": statistics.mean(durations)}
 
 
 def _served_model(pod: PodChannel) -> tuple[str, int]:
@@ -193,37 +215,53 @@ def _scheduler_limits(pod: PodChannel) -> EngineLimits | None:
 
 
 def fit(samples: Sequence[Mapping[str, Any]], budget: int) -> LatencyModel:
-    """Least squares over every pod's phase means: each prefill phase's mean prefill time is
-    steps × step_s + computed tokens × prefill_token_s; each decode phase's inter-token
-    latency is step_s + sequences × decode_seq_s."""
+    """Least squares over every pod's phase means: a prefill phase's mean prefill time is
+    steps × step_s + computed tokens × prefill_token_s + cached tokens × context_token_s; a
+    decode phase's inter-token latency is step_s + sequences × (decode_seq_s + context ×
+    context_token_s), its context the prompt and half the reply."""
     import numpy
 
     rows, targets = [], []
     for sample in samples:
-        if sample["kind"] == "prefill" and sample["prefill"] is not None and sample["computed"] is not None:
+        if None in (sample["prefill"], sample["computed"], sample["prompt"]):
+            continue
+        if sample["kind"] == "prefill":
             steps = max(1, -(-int(sample["computed"]) // budget))
-            rows.append([steps, sample["computed"], 0.0])
+            rows.append([steps, sample["computed"], 0.0, sample["prompt"] - sample["computed"]])
             targets.append(sample["prefill"])
-        elif sample["kind"] == "decode" and sample["itl"] is not None:
-            rows.append([1.0, 0.0, sample["sequences"]])
+        elif sample["itl"] is not None:
+            sequences = sample["sequences"]
+            context = sample["prompt"] + DECODE_TOKENS / 2
+            rows.append([1.0, 0.0, sequences, sequences * context])
             targets.append(sample["itl"])
-    if len(rows) < 3:
+    if len(rows) < 4:
         raise CalibrateError("vLLM's histograms gave too few phase means to fit (is this vLLM 0.10 or later, with "
                              "vllm:request_prefill_time_seconds and vllm:inter_token_latency_seconds?)")
-    solution, *_ = numpy.linalg.lstsq(numpy.array(rows, dtype=float), numpy.array(targets, dtype=float), rcond=None)
-    step_s, prefill_token_s, decode_seq_s = (max(0.0, float(value)) for value in solution)
-    # What vLLM's TTFT holds besides queue and prefill grows with the prompt (the API server
-    # tokenizes it): a line through the prefill phases' (prompt tokens, overhead) means.
-    points = [(s["prompt"], s["ttft"] - s["queue"] - s["prefill"]) for s in samples
-              if s["kind"] == "prefill" and None not in (s["ttft"], s["queue"], s["prefill"], s["prompt"])]
+    # Relative errors: a prefill of a long prompt takes 100 times a decode step, and both
+    # matter, so each phase mean weighs as much as any other.
+    scale = 1 / numpy.array(targets, dtype=float)
+    solution, *_ = numpy.linalg.lstsq(numpy.array(rows, dtype=float) * scale[:, None],
+                                      numpy.array(targets, dtype=float) * scale, rcond=None)
+    step_s, prefill_token_s, decode_seq_s, context_token_s = (max(0.0, float(value)) for value in solution)
+    # What the client's TTFT holds besides the engine's queue and prefill (HTTP, the API server
+    # tokenizing the prompt, detokenizing) grows with the prompt: a line through the
+    # uncached prefill phases' (prompt tokens, overhead) means. A one-token answer's whole
+    # round trip is its TTFT as the client sees it.
+    points = [(s["prompt"], s["client"] - s["queue"] - s["prefill"]) for s in samples
+              if s["phase"].startswith("prefill-") and s["prompt"] == s["computed"]
+              and None not in (s["client"], s["queue"], s["prefill"], s["prompt"])]
     overhead = overhead_token = 0.0
     if len(points) >= 2 and len({x for x, _ in points}) >= 2:
         overhead_token, overhead = (float(v) for v in numpy.polyfit([x for x, _ in points], [y for _, y in points], 1))
         overhead_token = max(0.0, overhead_token)
     elif points:
         overhead = sum(y for _, y in points) / len(points)
+    spreads = [s["spread"] for s in samples if s["spread"] is not None and s["sequences"] == 1
+               and s["phase"] != "prefill-hit"]
+    jitter = statistics.median(spreads) if spreads else 0.0
     return LatencyModel(step_s=step_s, prefill_token_s=prefill_token_s, decode_seq_s=decode_seq_s,
-                        overhead_s=max(0.0, overhead), overhead_token_s=overhead_token)
+                        overhead_s=max(0.0, overhead), overhead_token_s=overhead_token, context_token_s=context_token_s,
+                        jitter=jitter)
 
 
 class Scraper:
@@ -279,7 +317,8 @@ def calibrate(pods: Sequence[PodChannel], *, seed: int = 0, limits: EngineLimits
             samples.append({"pod": pod.name, "phase": phase.name, "kind": kind, "sequences": phase.concurrent,
                             **means})
             progress(f"  {pod.name} {phase.name}: " + ", ".join(
-                f"{key} {value:.0f} tokens" if key in ("computed", "prompt") else f"{key} {value * 1000:.1f} ms"
+                f"{key} {value:.0f} tokens" if key in ("computed", "prompt")
+                else f"{key} {value:.0%}" if key == "spread" else f"{key} {value * 1000:.1f} ms"
                 for key, value in means.items() if value is not None))
         return samples
 
@@ -353,7 +392,8 @@ def run(args: argparse.Namespace) -> int:
     profile.save(args.out)
     model = profile.latency
     print(f"step {model.step_s * 1000:.2f} ms + {model.prefill_token_s * 1e6:.1f} µs per prompt token computed + "
-          f"{model.decode_seq_s * 1000:.2f} ms per decoding sequence; {model.overhead_s * 1000:.1f} ms + "
+          f"{model.decode_seq_s * 1000:.2f} ms per decoding sequence + {model.context_token_s * 1e6:.2f} µs per "
+          f"cached context token, steps ±{model.jitter:.0%}; {model.overhead_s * 1000:.1f} ms + "
           f"{model.overhead_token_s * 1e6:.1f} µs per prompt token outside the engine before the first token; block size {profile.block_size}, {profile.num_gpu_blocks} KV blocks"
           + ("" if profile.limits is None else f", max_num_seqs {profile.limits.max_num_seqs}, "
                                                f"max_num_batched_tokens {profile.limits.max_num_batched_tokens}"))

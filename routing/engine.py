@@ -25,6 +25,8 @@ kv_cache_manager.py, block_pool.py), reduced to what routing depends on:
 from __future__ import annotations
 
 import itertools
+import math
+import random
 from collections import OrderedDict, deque
 from dataclasses import dataclass
 from typing import Callable, Sequence
@@ -161,12 +163,15 @@ class Engine:
     `on_finish` are called with the sequence and the time."""
 
     def __init__(self, name: str, block_size: int, num_gpu_blocks: int, limits: EngineLimits,
-                 latency: LatencyModel):
+                 latency: LatencyModel, rng: random.Random | None = None):
         self.name = name
         self.block_size = block_size
         self.num_gpu_blocks = num_gpu_blocks
         self.limits = limits
         self.latency = latency
+        # Steps vary by latency.jitter; without an rng (or jitter) every step takes the model's time.
+        self._jitter = latency.jitter if rng is not None else 0.0
+        self._rng = rng
         self.pool = BlockPool(num_gpu_blocks)
         self.waiting: deque[EngineRequest] = deque()
         self.running: list[EngineRequest] = []
@@ -198,7 +203,7 @@ class Engine:
         long the step takes."""
         budget = self.limits.max_num_batched_tokens
         scheduled = self._scheduled = []
-        prefill_tokens = decode_seqs = 0
+        prefill_tokens = decode_seqs = context_tokens = 0
         preempted = False
         pool = self.pool
         index = 0
@@ -219,6 +224,7 @@ class Engine:
                 seq.step_tokens = new_tokens
                 scheduled.append(seq)
                 budget -= new_tokens
+                context_tokens += seq.computed
                 if seq.generated and seq.computed + 1 == seq.tokens:
                     decode_seqs += 1
                 else:
@@ -238,7 +244,12 @@ class Engine:
                 scheduled.append(seq)
                 budget -= seq.step_tokens
                 prefill_tokens += seq.step_tokens
-        return self.latency.step_seconds(prefill_tokens, decode_seqs)
+                context_tokens += seq.computed
+        seconds = self.latency.step_seconds(prefill_tokens, decode_seqs, context_tokens)
+        if self._jitter:
+            sigma = self._jitter
+            seconds *= math.exp(self._rng.gauss(-sigma * sigma / 2, sigma))
+        return seconds
 
     def _admit(self, seq: EngineRequest, budget: int) -> bool:
         pool = self.pool

@@ -5,7 +5,12 @@ partly prefilled requests compute a chunk of their prompt, within the step's tok
 The model here is linear in what a step does:
 
     step = step_s + prefill_token_s × prompt tokens computed + decode_seq_s × sequences decoding
+           + context_token_s × tokens already in the KV cache of the sequences in the step
 
+The last term is attention reading each sequence's cached keys and values: on a CPU it makes
+a decode step over long contexts, or a prefill after a long cache hit, markedly slower.
+Real steps vary: `jitter` is the relative spread each simulated step's time is drawn with
+(log-normal, mean 1), so requests that would finish in lockstep do not, as on real servers.
 Cached prompt tokens are not computed, so a prefix-cache hit shortens the step that serves
 it. `overhead_s + overhead_token_s × prompt tokens` is what a request spends in the server
 outside the engine before its first token (HTTP, tokenizing the prompt, detokenizing): it
@@ -34,14 +39,17 @@ class LatencyModel:
     decode_seq_s: float
     overhead_s: float
     overhead_token_s: float = 0.0
+    context_token_s: float = 0.0
+    jitter: float = 0.0
 
     def __post_init__(self) -> None:
         for name, value in asdict(self).items():
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0:
                 raise ProfileError(f"latency {name}={value!r}: must be a number of seconds, at least 0")
 
-    def step_seconds(self, prefill_tokens: int, decode_seqs: int) -> float:
-        return self.step_s + self.prefill_token_s * prefill_tokens + self.decode_seq_s * decode_seqs
+    def step_seconds(self, prefill_tokens: int, decode_seqs: int, context_tokens: int = 0) -> float:
+        return (self.step_s + self.prefill_token_s * prefill_tokens + self.decode_seq_s * decode_seqs
+                + self.context_token_s * context_tokens)
 
     def overhead_seconds(self, prompt_tokens: int) -> float:
         return self.overhead_s + self.overhead_token_s * prompt_tokens

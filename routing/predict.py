@@ -120,7 +120,8 @@ def serial_ttfts(result: SimulationResult, latency: LatencyModel, limits: Engine
     for prompt_len, hit in zip(result.prompt_lens, result.hit_tokens):
         computed = prompt_len - hit
         steps = -(-computed // budget)
-        ttfts.append(latency.overhead_seconds(prompt_len) + steps * latency.step_s + computed * latency.prefill_token_s)
+        ttfts.append(latency.overhead_seconds(prompt_len) + steps * latency.step_s + computed * latency.prefill_token_s
+                     + latency.context_token_s * hit)
     return tuple(ttfts)
 
 

@@ -217,6 +217,9 @@ class LoadResult(SimulationResult):
     ttfts: tuple[float, ...] = ()
     queue_times: tuple[float, ...] = ()
     duration: float = 0.0
+    # Per request: when it was sent and when its last token came back (simulated seconds).
+    sent_at: tuple[float, ...] = ()
+    finished_at: tuple[float, ...] = ()
 
 
 class _Scrapes:
@@ -254,7 +257,7 @@ def simulate_under_load(prepared: Prepared, plan: LoadPlan, fleet: Fleet, *, see
     rng = random.Random(seed)
     count = len(prepared.requests)
     block_size = prepared.block_size
-    engines = [Engine(name, block_size, fleet.num_gpu_blocks, fleet.limits, fleet.latency) for name in fleet.names]
+    engines = [Engine(name, block_size, fleet.num_gpu_blocks, fleet.limits, fleet.latency, rng) for name in fleet.names]
     for prompt_len, output_len in zip(prepared.prompt_lens, prepared.output_lens):
         engines[0].check_fits(prompt_len, output_len)
     by_name = {engine.name: index for index, engine in enumerate(engines)}
@@ -326,8 +329,11 @@ def simulate_under_load(prepared: Prepared, plan: LoadPlan, fleet: Fleet, *, see
         ttfts[seq.index] = now - sent_at[seq.index]
         queue_times[seq.index] = seq.scheduled_at - seq.engine_arrival
 
+    finished_at = [0.0] * count
+
     def on_finish(seq: EngineRequest, now: float) -> None:
         nonlocal in_flight
+        finished_at[seq.index] = now
         session = session_of[seq.index]
         if plan.concurrency is not None:
             in_flight -= 1
@@ -382,4 +388,4 @@ def simulate_under_load(prepared: Prepared, plan: LoadPlan, fleet: Fleet, *, see
     pods = tuple(PodDelta(engine.name, engine.finished, engine.hits, engine.queries) for engine in engines)
     start = min(sent_at) if count else 0.0
     return LoadResult(pods, tuple(placements), prepared.prompt_lens, tuple(hit_tokens), explained, tuple(ttfts),
-                      tuple(queue_times), now - start)
+                      tuple(queue_times), now - start, tuple(sent_at), tuple(finished_at))
