@@ -98,10 +98,7 @@ class BlockPool:
         self._next_unused = 1
         self._end = num_gpu_blocks
         self._cached_free: OrderedDict[int, None] = OrderedDict()
-
-    @property
-    def free(self) -> int:
-        return len(self._uncached_free) + (self._end - self._next_unused) + len(self._cached_free)
+        self.free = self.usable  # blocks in the free queue, all three parts
 
     @property
     def usage(self) -> float:
@@ -123,9 +120,11 @@ class BlockPool:
         for block in blocks:
             if self.ref[block] == 0:
                 del self._cached_free[block]
+                self.free -= 1
             self.ref[block] += 1
 
     def allocate(self, count: int) -> list[int]:
+        self.free -= count
         blocks = []
         for _ in range(count):
             if self._uncached_free:
@@ -152,6 +151,7 @@ class BlockPool:
         for block in reversed(blocks):
             ref[block] -= 1
             if ref[block] == 0:
+                self.free += 1
                 if self.key_of[block] is None:
                     self._uncached_free.append(block)
                 else:
@@ -207,10 +207,34 @@ class Engine:
         preempted = False
         pool = self.pool
         index = 0
-        while index < len(self.running) and budget > 0:
-            seq = self.running[index]
-            new_tokens = min(seq.tokens - seq.computed, budget)
-            needed = self.blocks_for(seq.computed + new_tokens) - len(seq.blocks)
+        block_size = self.block_size
+        running = self.running
+        while index < len(running) and budget > 0:
+            seq = running[index]
+            computed = seq.computed
+            if seq.generated and computed + 1 == seq.prompt_len + seq.generated:
+                # The common case, a decode step: one token, a new block only at a block
+                # boundary, and a block to cache only when this token fills one.
+                if computed % block_size == 0 and computed // block_size == len(seq.blocks):
+                    if pool.free == 0:
+                        needed = 1
+                    else:
+                        seq.blocks += pool.allocate(1)
+                        needed = 0
+                else:
+                    needed = 0
+                if not needed:
+                    if (computed + 1) % block_size == 0:
+                        self._cache_full_blocks(seq, computed + 1)
+                    seq.step_tokens = 1
+                    scheduled.append(seq)
+                    budget -= 1
+                    context_tokens += computed
+                    decode_seqs += 1
+                    index += 1
+                    continue
+            new_tokens = min(seq.tokens - computed, budget)
+            needed = self.blocks_for(computed + new_tokens) - len(seq.blocks)
             while needed > pool.free:
                 victim = self.running.pop()
                 self._preempt(victim)

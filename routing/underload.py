@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any, Iterator, Mapping, Sequence, TextIO
 
 from .arrivals import Arrival, plan_load
+from .calibrate import histogram_totals
 from .latency import LatencyProfile, percentile
 from .metrics import DeltaReport, diff_reads
 from .picker import Request
@@ -38,6 +39,7 @@ SETTINGS = (("default weights", None, False), ("prefix=0,queue=3,kvCache=2", NO_
             ("round-robin", None, True))
 REQUEST_TIMEOUT = 120.0
 SERVE_START_TIMEOUT = 30.0
+TTFT_HISTOGRAM = "vllm:time_to_first_token_seconds"
 OUTPUT_TOKENS = 16
 # The KV cache each server gets (--num-gpu-blocks-override): small enough that the pressure
 # workload's prefixes fit in both servers' caches together but not in one.
@@ -191,6 +193,9 @@ class Run:
     busiest_share: float
     ttft_p50: float
     ttft_p95: float
+    # Mean TTFT: measured, from vLLM's own histogram (the server's view, without the client's
+    # and serve's share); predicted, from the simulation.
+    ttft_mean: float = 0.0
     failed: int = 0
 
 
@@ -242,14 +247,25 @@ def measure(pair: VllmPair, experiment: Experiment, weights: Mapping[str, int] |
     pair.reset_prefix_caches()
     pods = UrlPods(pair.backends)
     with serve_process(pair.backends, weights, round_robin, seed, pair.log_dir / "serve.log") as url:
-        before = pods.read()
+        before, histograms = pods.read(), server_ttft_totals(pair)
         sent = drive(url, experiment.arrivals, experiment.concurrency)
         time.sleep(0.5)  # vLLM bumps its counters just after the last response
         report = diff_reads(before, pods.read())
+        total, count = (after - earlier for after, earlier in zip(server_ttft_totals(pair), histograms))
     ttfts = [s.ttft for s in sent if s.ttft is not None]
     busiest = max(p.requests for p in report.pods) / max(1, report.requests)
     return Run(report.hit_rate or 0.0, busiest, percentile(ttfts, 0.5) or 0.0, percentile(ttfts, 0.95) or 0.0,
-               sum(1 for s in sent if s.ttft is None)), report
+               total / count if count else 0.0, sum(1 for s in sent if s.ttft is None)), report
+
+
+def server_ttft_totals(pair: VllmPair) -> tuple[float, float]:
+    """(sum, count) of vllm:time_to_first_token_seconds over both servers."""
+    total = count = 0.0
+    for url in pair.backends.values():
+        with urllib.request.urlopen(url + "/metrics", timeout=15) as response:
+            seconds, requests = histogram_totals(response.read().decode())[TTFT_HISTOGRAM]
+        total, count = total + seconds, count + requests
+    return total, count
 
 
 class ServerCountedTokenizer:
@@ -287,7 +303,7 @@ def predict_runs(pair: VllmPair, profile: LatencyProfile, experiment: Experiment
                          else (prediction.picker, prediction.ttfts[0]))
         busiest = max(p.requests for p in result.pods) / max(1, result.requests)
         runs.append(Run(result.hit_rate or 0.0, busiest, percentile(ttfts, 0.5) or 0.0,
-                        percentile(ttfts, 0.95) or 0.0))
+                        percentile(ttfts, 0.95) or 0.0, sum(ttfts) / len(ttfts)))
     return runs
 
 
@@ -317,18 +333,21 @@ def ranking(rows: Sequence[Row], side: int) -> list[str]:
 def format_rows(rows: Sequence[Row]) -> str:
     """The README's Markdown table: measured (mean, min–max over runs) against predicted."""
     lines = ["| workload | setting | hit rate measured (min–max) | predicted | error | busiest pod's share "
-             "measured / predicted | TTFT p50 measured / predicted | error | failed |",
-             "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+             "measured / predicted | TTFT p50 measured / predicted | error | vLLM's own TTFT mean / predicted mean "
+             "| failed |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for row in rows:
         measured_rate, predicted_rate = row.figure("hit_rate")
         rates = [r.hit_rate for r in row.measured]
         share_m, share_p = row.figure("busiest_share")
         ttft_m, ttft_p = row.figure("ttft_p50")
+        server_m, mean_p = row.figure("ttft_mean")
         failed = sum(r.failed for r in row.measured)
         lines.append(f"| {row.experiment} | {row.setting} | {measured_rate:.1%} ({min(rates):.1%}–{max(rates):.1%}) "
                      f"| {predicted_rate:.1%} | {(predicted_rate - measured_rate) * 100:+.1f} pt "
                      f"| {share_m:.0%} / {share_p:.0%} | {ttft_m * 1000:.0f} / {ttft_p * 1000:.0f} ms "
-                     f"| {(ttft_p / ttft_m - 1) * 100 if ttft_m else 0:+.0f}% | {failed} |")
+                     f"| {(ttft_p / ttft_m - 1) * 100 if ttft_m else 0:+.0f}% "
+                     f"| {server_m * 1000:.0f} / {mean_p * 1000:.0f} ms | {failed} |")
     return "\n".join(lines)
 
 
