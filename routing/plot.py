@@ -7,7 +7,6 @@ from typing import Sequence
 
 from .sweep import SettingResult
 
-MAX_AXES = 3
 # (title, value of a result, format, colour map): each map runs from worse to better, so
 # bright always means good.
 FIGURES = (
@@ -24,9 +23,7 @@ def heat_map(results: Sequence[SettingResult], path: str, *, title: str, best: S
     import matplotlib.pyplot as plt
     from matplotlib.patches import Rectangle
 
-    names = list(results[0].setting)
-    if len(names) > MAX_AXES:
-        raise ValueError(f"--plot draws up to {MAX_AXES} swept weights, the sweep has {len(names)}: sweep fewer")
+    names = list(results[0].setting)  # at most three (predict checks): x, y and panels
     values = [sorted({r.setting[name] for r in results}) for name in names]
     x_name, x_values = names[0], values[0]
     y_name, y_values = (names[1], values[1]) if len(names) > 1 else ("", [0])

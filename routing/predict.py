@@ -20,7 +20,6 @@ import json
 import random
 import sys
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from settings import lru_conflict
@@ -36,11 +35,13 @@ from .picker import (Decision, EndpointPicker, Picker, PickerConfigError, PodMet
 from .prefix import EstimateTokenizer, HFTokenizerFile, Tokenizer, TokenizerFileError
 from .simulate import (DEFAULT_BLOCK_SIZE, DEFAULT_CAPACITY_BLOCKS, DEFAULT_SCRAPE_INTERVAL, Fleet, LoadResult,
                        SimulatedServer, SimulationResult, prepare, simulate_side_by_side, simulate_under_load)
-from .tables import format_pod_table, percent
+from .tables import percent
 from . import sweep
 from .workloads import BUILTIN_WORKLOADS as BUILTIN, WorkloadError, to_requests
 
 PERCENTILES = (0.5, 0.95, 0.99)
+# The heat map's axes and panels (routing/plot.py).
+MAX_PLOTTED_WEIGHTS = 3
 
 
 class PredictError(ValueError):
@@ -349,7 +350,8 @@ def _setup(args: argparse.Namespace) -> _Setup:
     capacity = args.capacity_blocks or (profile and profile.num_gpu_blocks) or DEFAULT_CAPACITY_BLOCKS
     replicas = args.picker_replicas or target.picker_replicas or 1
     if replicas > 1:
-        notes.append(f"{replicas} picker replicas: each request goes to one at random, each has its own prefix index")
+        notes.append(f"{replicas} picker replicas: each request goes to one at random, each has its own prefix index "
+                     "(if only an elected leader takes traffic, use --picker-replicas 1)")
     return _Setup(target, arrivals, tuple(arrival.request for arrival in arrivals), tokenizer, block_size, capacity,
                   latency, limits, replicas, tuple(notes))
 
@@ -360,6 +362,9 @@ def run(args: argparse.Namespace) -> int:
         setup = _setup(args)
         if args.plot and not args.sweep:
             raise PredictError(f"--plot {args.plot}: a heat map needs --sweep, e.g. --sweep prefix=0..5,queue=0..5")
+        if args.plot and len(args.sweep) > MAX_PLOTTED_WEIGHTS:
+            raise PredictError(f"--plot {args.plot}: draws up to {MAX_PLOTTED_WEIGHTS} swept weights, --sweep names "
+                               f"{len(args.sweep)}; sweep fewer, or drop --plot")
         if args.sweep:
             return sweep.run_sweep(args, setup, seed)
         predictions = [setup.predict(args, setup.target.weights, seed + run, args.explain if run == 0 else None)

@@ -25,7 +25,7 @@ from typing import Any, Iterator, Mapping, Sequence, TextIO
 
 from .arrivals import Arrival, plan_load
 from .calibrate import histogram_totals
-from .latency import LatencyProfile, percentile
+from .latency import DEFAULT_LIMITS, LatencyProfile, percentile
 from .metrics import DeltaReport, diff_reads
 from .picker import Request
 from .predict import Load, Prediction, run_prediction
@@ -294,7 +294,7 @@ def predict_runs(pair: VllmPair, profile: LatencyProfile, experiment: Experiment
     runs = []
     for seed in seeds:
         plan = plan_load(experiment.arrivals, concurrency=experiment.concurrency, seed=seed)
-        load = Load(plan, tuple(a.output_tokens for a in experiment.arrivals), profile.limits or Load.limits)
+        load = Load(plan, tuple(a.output_tokens for a in experiment.arrivals), profile.limits or DEFAULT_LIMITS)
         prediction: Prediction = run_prediction([a.request for a in experiment.arrivals], weights=weights,
                                                 replicas=len(pair.servers), block_size=pair.block_size,
                                                 capacity_blocks=pair.capacity_blocks, tokenizer=tokenizer, seed=seed,
