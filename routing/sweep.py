@@ -14,6 +14,7 @@ import json
 import sys
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Mapping, Sequence, TextIO
 
 from settings import WEIGHT_NAMES
@@ -142,7 +143,8 @@ def run_sweep(args: argparse.Namespace, setup: _Setup, seed: int) -> int:
     if args.plot:
         from .plot import heat_map  # matplotlib only when a plot is asked for
 
-        heat_map(results, args.plot, title=f"{setup.target.title}: workload {args.workload}",
+        heat_map(results, args.plot, title=f"{setup.target.title}: workload {Path(args.workload).name}, "
+                                           f"{args.runs} run{'s' if args.runs > 1 else ''} per setting",
                  best=best, objective=args.objective)
     commands = config_lines(best, setup.target.config_path, args.stack)
     if args.json:
