@@ -24,7 +24,7 @@ from typing import Any, Mapping, Sequence
 
 from settings import lru_conflict
 
-from .arrivals import Arrival, LoadPlan, load_arrivals, plan_load
+from .arrivals import Arrival, LoadPlan, WeightChange, load_arrivals, load_weight_changes, plan_load
 from .engine import CapacityError
 from .latency import (DEFAULT_LATENCY, DEFAULT_LATENCY_NOTE, DEFAULT_LIMITS, EngineLimits, LatencyModel,
                       LatencyProfile, ProfileError, percentile)
@@ -173,16 +173,24 @@ def run_prediction(requests: Sequence[Request], *, weights: Mapping[str, int] | 
         best_pod.serve(prompt_len, keys)
     best = SimulationResult((best_pod.counters(),))
 
-    def fleet_result(fleet_pickers: tuple[Picker, ...], reads_metrics: bool, keep: int | None) -> LoadResult:
+    def fleet_result(fleet_pickers: tuple[Picker, ...], reads_metrics: bool, keep: int | None,
+                     repick: Any = None) -> LoadResult:
         fleet = Fleet(names, fleet_pickers, capacity_blocks, load.limits, latency, load.scrape_interval,
-                      reads_metrics)
+                      reads_metrics, repick)
         return simulate_under_load(prepared, load.plan, fleet, seed=seed, explain=keep)
 
+    def repick(overrides: Mapping[str, int], number: int) -> tuple[EndpointPicker, ...]:
+        # New pods draw their own tie-breaks: a seed of their own, repeatable from the run's.
+        restarted = None if seed is None else random.Random(f"{seed}/{number}").randrange(2 ** 32)
+        return replica_pickers({**weights, **overrides}, picker_replicas, restarted)
+
     try:
-        picked = fleet_result(pickers, True, explain)
+        picked = fleet_result(pickers, True, explain, repick)
         round_robin = fleet_result((RoundRobinPicker(),), False, None)
     except CapacityError as error:
         raise PredictError(str(error)) from None
+    except PickerConfigError as error:
+        raise PredictError(f"a weight change in the workload: {error}") from None
     return Prediction(weights, picked, round_robin, best, best_pod.cached_blocks, capacity_blocks, latency,
                       load.limits, (picked.ttfts, round_robin.ttfts), (picked.queue_times, round_robin.queue_times),
                       under_load=True)
@@ -315,9 +323,11 @@ class _Setup:
     limits: EngineLimits
     picker_replicas: int
     notes: tuple[str, ...] = field(default=())
+    weight_changes: tuple[WeightChange, ...] = ()
 
     def load(self, args: argparse.Namespace, seed: int) -> Load | None:
-        plan = plan_load(self.arrivals, rate=args.rate, concurrency=args.concurrency, seed=seed)
+        plan = plan_load(self.arrivals, rate=args.rate, concurrency=args.concurrency, seed=seed,
+                         weight_changes=self.weight_changes)
         if plan is None:
             return None
         return Load(plan, tuple(arrival.output_tokens for arrival in self.arrivals), self.limits,
@@ -349,11 +359,16 @@ def _setup(args: argparse.Namespace) -> _Setup:
     block_size = args.block_size or (profile and profile.block_size) or DEFAULT_BLOCK_SIZE
     capacity = args.capacity_blocks or (profile and profile.num_gpu_blocks) or DEFAULT_CAPACITY_BLOCKS
     replicas = args.picker_replicas or target.picker_replicas or 1
+    changes = load_weight_changes(args.workload)
+    for change in changes:
+        notes.append(f"at {change.at:g}s the weights change to "
+                     + ",".join(f"{name}={value}" for name, value in change.weights.items())
+                     + ": fresh picker indexes, the servers' caches stay warm")
     if replicas > 1:
         notes.append(f"{replicas} picker replicas: each request goes to one at random, each has its own prefix index "
                      "(if only an elected leader takes traffic, use --picker-replicas 1)")
     return _Setup(target, arrivals, tuple(arrival.request for arrival in arrivals), tokenizer, block_size, capacity,
-                  latency, limits, replicas, tuple(notes))
+                  latency, limits, replicas, tuple(notes), changes)
 
 
 def run(args: argparse.Namespace) -> int:

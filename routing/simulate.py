@@ -13,7 +13,7 @@ import itertools
 import random
 from collections import OrderedDict, deque
 from dataclasses import dataclass
-from typing import Iterable, Sequence
+from typing import Callable, Iterable, Mapping, Sequence
 
 from .arrivals import LoadPlan
 from .engine import Engine, EngineRequest
@@ -207,6 +207,8 @@ class Fleet:
     latency: LatencyModel
     scrape_interval: float = DEFAULT_SCRAPE_INTERVAL
     reads_metrics: bool = True  # False for round-robin, which never looks at the pods
+    # Fresh replicas for the plan's weight change number n (weights, n); None: weights never change.
+    repick: Callable[[Mapping[str, int], int], tuple[Picker, ...]] | None = None
 
 
 @dataclass(frozen=True)
@@ -274,8 +276,12 @@ def simulate_under_load(prepared: Prepared, plan: LoadPlan, fleet: Fleet, *, see
     explained: Explained | None = None
     events: list[tuple[float, int, int, int]] = []  # (time, tie-break order, kind, payload)
     order = itertools.count()
-    SEND, ARRIVE, STEP_END = 0, 1, 2
+    SEND, ARRIVE, STEP_END, WEIGHTS = 0, 1, 2, 3
     stepping = [False] * len(engines)
+    pickers = list(fleet.pickers)
+    if fleet.repick is not None:
+        for number, change in enumerate(plan.weight_changes):
+            heapq.heappush(events, (change.at, next(order), WEIGHTS, number))
 
     def send(index: int, now: float) -> None:
         nonlocal explained
@@ -286,7 +292,7 @@ def simulate_under_load(prepared: Prepared, plan: LoadPlan, fleet: Fleet, *, see
                     for scrape, phase in zip(scrapes, phases[replica])]
         else:
             seen = idle
-        decision = fleet.pickers[replica].pick(prepared.requests[index], seen)
+        decision = pickers[replica].pick(prepared.requests[index], seen)
         if index == explain:
             explained = Explained(index, replica, now, tuple(seen), decision)
         sent_at[index] = now
@@ -368,6 +374,8 @@ def simulate_under_load(prepared: Prepared, plan: LoadPlan, fleet: Fleet, *, see
                     continue
                 busy_sessions.add(session)
             send(payload, now)
+        elif kind == WEIGHTS:
+            pickers[:] = fleet.repick(plan.weight_changes[payload].weights, payload)
         elif kind == ARRIVE:
             engine_index = by_name[placements[payload]]
             engines[engine_index].add(EngineRequest(payload, prepared.prompt_lens[payload], prepared.keys[payload],

@@ -309,3 +309,36 @@ def test_the_picker_breaks_ties_exactly_as_shuffle_then_stable_sort():
             reference.shuffle(order)
             order.sort(key=lambda name: -decision.totals[name])
             assert decision.pod == order[0]
+
+
+# -- a weight change mid-run -----------------------------------------------------------------------
+
+def test_a_weight_change_restarts_the_pickers_with_empty_indexes_while_caches_stay_warm(tmp_path, capsys):
+    # One preamble, a request every 0.1 s: the picker keeps them all on one pod. At 1 s the
+    # weights "change" (to the same values): the new picker knows no prefix, so the next
+    # request is a tie the random draw may send to the other, cold pod.
+    lines = [{"at": n / 10, "body": body("You are helpful. " * 60 + f"Question {n}")} for n in range(20)]
+    path = tmp_path / "w.jsonl"
+    path.write_text("\n".join(json.dumps(line) for line in lines) + "\n")
+    changed = tmp_path / "changed.jsonl"
+    changed.write_text(path.read_text() + json.dumps({"at": 1.0, "weights": {"prefix": 3}}) + "\n")
+    steady = [json.loads(run_cli("--pods", "2", "--workload", str(path), "--seed", str(s), "--json",
+                                 capsys=capsys)[1]) for s in range(8)]
+    after = [json.loads(run_cli("--pods", "2", "--workload", str(changed), "--seed", str(s), "--json",
+                                capsys=capsys)[1]) for s in range(8)]
+    assert all(sum(1 for pod in r["pods"] if pod["requests"]) == 1 for r in steady)
+    assert any(sum(1 for pod in r["pods"] if pod["requests"]) == 2 for r in after)
+    assert sum(r["hitRate"] for r in after) < sum(r["hitRate"] for r in steady)
+    status, out, _ = run_cli("--pods", "2", "--workload", str(changed), "--seed", "1", capsys=capsys)
+    assert status == 0 and "at 1s the weights change to prefix=3: fresh picker indexes" in out
+
+
+def test_a_weight_change_needs_a_clock(tmp_path):
+    path = tmp_path / "w.jsonl"
+    path.write_text(json.dumps({"at": 0, "session": None, "body": body("a")}).replace('"at": 0, ', "") + "\n"
+                    + json.dumps({"at": 1, "weights": {"prefix": 0}}) + "\n")
+    from routing.arrivals import load_weight_changes
+
+    arrivals = load_arrivals(str(path))
+    with pytest.raises(WorkloadError, match="changes weights at set times, so it needs a clock"):
+        plan_load(arrivals, weight_changes=load_weight_changes(str(path)))
