@@ -1,73 +1,58 @@
-"""inference-gateway: vLLM on EKS behind the SageMaker HyperPod Inference Gateway.
+"""inference-gateway: vLLM on Amazon EKS behind an LLM-aware endpoint picker.
 
 Config is read and validated in full before any resource is declared, so a bad value
-stops `pulumi up` with every problem listed and nothing half-deployed.
+stops `pulumi up` with every problem listed and nothing half-deployed. Which platform and
+which picker implementation the stack runs is decided once, in components/platform.py.
 """
+
+from pathlib import Path
 
 import pulumi
 
-from components.addon import InferenceAddon
-from components.cluster import Cluster, ExistingCluster
-from components.gateway import Gateway
-from components.gateway.render import gateway_url_command
-from components.gpu_nodes import GpuNodes
-from components.gpu_nodes.render import node_selector
+from components import platform
 from components.model_server import ModelNamespace, ModelServer
 from components.stack_config import project_config
 from settings import NAMESPACE, SettingsError, parse_settings
+from settings.hyperpod import check_dependencies_chart
+
+PROJECT_DIR = Path(__file__).resolve().parent
 
 raw, secret_keys = project_config(NAMESPACE)
+region = pulumi.Config("aws").get("region")
 try:
     settings = parse_settings(raw, stack=pulumi.get_stack(), secret_keys=secret_keys)
+    warnings = [*settings.warnings, *check_dependencies_chart(settings.hyperpod, PROJECT_DIR, region)]
 except SettingsError as error:
     # A RunError ends the program with this message alone, before anything is declared.
     raise pulumi.RunError(str(error)) from None
+if region is None:
+    raise pulumi.RunError("aws:region is not set; nothing was deployed. Set it with `pulumi config set aws:region us-west-2`.")
 
-for warning in settings.warnings:
+for warning in warnings:
     pulumi.log.warn(warning)
 
-if settings.cluster.existing:
-    cluster = ExistingCluster("cluster", settings=settings.cluster)
-    cluster_ready: list[pulumi.Resource] = [cluster]
-else:
-    cluster = Cluster("cluster", settings=settings.cluster)
-    cluster_ready = [cluster.system_nodes]
-
+cluster = platform.cluster(settings)
+capacity = platform.gpu_capacity(settings, cluster, project_dir=PROJECT_DIR, region=region)
 in_cluster = pulumi.ResourceOptions(provider=cluster.provider)
-
-gpu_selector = None
-models_ready: list[pulumi.Resource] = []
-if settings.gpu_nodes is not None:
-    gpu_nodes = GpuNodes("gpu-nodes", settings=settings.gpu_nodes, cluster=cluster.eks, node_role=cluster.node_role,
-                         node_policies=cluster.node_policies, subnet_ids=cluster.subnet_ids,
-                         k8s_provider=cluster.provider, opts=pulumi.ResourceOptions(depends_on=cluster_ready))
-    gpu_selector = node_selector()
-    # Model pods can only start once GPU nodes and the device plugin are there.
-    models_ready.append(gpu_nodes)
 
 hf_token = pulumi.Config(NAMESPACE).get_secret("hfToken") if settings.hf_token else None
 namespace = ModelNamespace("models", namespace=settings.namespace, hf_token=hf_token,
-                           opts=in_cluster.merge(pulumi.ResourceOptions(depends_on=cluster_ready)))
+                           opts=in_cluster.merge(pulumi.ResourceOptions(depends_on=cluster.ready)))
 
 for model in settings.models:
     ModelServer(f"model-{model.name}", model=model, namespace=settings.namespace, hf_token=settings.hf_token,
-                gpu_node_selector=gpu_selector,
-                opts=in_cluster.merge(pulumi.ResourceOptions(depends_on=[namespace, *models_ready])))
+                gpu_node_selector=capacity.node_selector, depends_on=[namespace, *capacity.ready], opts=in_cluster)
 
-gateway_dependencies: list[pulumi.Resource] = [namespace]
-if settings.gateway.install_addon:
-    addon = InferenceAddon("inference-addon", settings=settings.gateway, cluster_name=cluster.name,
-                           oidc_provider_arn=cluster.oidc_provider_arn, oidc_issuer_url=cluster.oidc_issuer_url,
-                           depends_on=cluster_ready)
-    gateway_dependencies.append(addon)
-gateway = Gateway("gateway", settings=settings,
-                  opts=in_cluster.merge(pulumi.ResourceOptions(depends_on=gateway_dependencies)))
+gateway = platform.endpoint_picker(settings, cluster, capacity, region=region, depends_on=[namespace])
 
+pulumi.export("platform", settings.platform)
 pulumi.export("clusterName", cluster.name)
 pulumi.export("kubeconfig", cluster.kubeconfig)
+if capacity.hyperpod is not None:
+    pulumi.export("hyperpodClusterArn", capacity.hyperpod.arn)
 pulumi.export("namespace", settings.namespace)
 pulumi.export("gatewayName", gateway.name)
 pulumi.export("effectiveWeights", {name: dict(weights) if weights is not None else "set by pickerConfigMap"
                                    for name, weights in settings.effective_weights.items()})
 pulumi.export("podSelectors", {m.name: dict(m.selector) for m in settings.models})
-pulumi.export("gatewayUrlCommand", gateway_url_command(settings))
+pulumi.export("gatewayUrlCommand", gateway.url_command)

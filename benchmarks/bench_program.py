@@ -1,4 +1,4 @@
-"""How long one evaluation of the Pulumi program takes under mocks, with 1, 10 and 100 models.
+"""How long one evaluation of the Pulumi program takes under mocks, on each platform, with 1, 10 and 100 models.
 
 Run: .venv/bin/python benchmarks/bench_program.py
 """
@@ -18,25 +18,35 @@ from tests.stack.program import run_program  # noqa: E402
 ROUNDS = 5
 
 
-def config_with(models: int) -> dict:
-    entries = [{"name": f"model-{i}", "model": f"org/model-{i}", "replicas": 2} for i in range(models)]
-    return {"models": json.dumps(entries), "gateway.jwt.issuer": "https://idp.example.com",
-            "gateway.jwt.jwksUri": "https://idp.example.com/jwks", "gateway.jwt.audiences": '["api"]',
-            # One GPU node per replica and a spare, so the program has nothing to warn about.
-            "gpuNodes.desired": str(2 * models + 1), "gpuNodes.max": str(2 * models + 1)}
+def config_with(models: int, platform: str) -> dict:
+    entries = [{"name": f"model-{i}", "model": f"org/model-{i}", "replicas": 2, "pickerReplicas": 1}
+               for i in range(models)]
+    config = {"platform": platform, "models": json.dumps(entries)}
+    # One GPU per replica and a spare GPU, so the program has nothing to warn about.
+    gpus = 2 * models + 1
+    if platform == "hyperpod":
+        config.update({"gateway.jwt.issuer": "https://idp.example.com",
+                       "gateway.jwt.jwksUri": "https://idp.example.com/jwks", "gateway.jwt.audiences": '["api"]',
+                       "hyperpod.instanceGroups": json.dumps([
+                           {"name": "gpu", "instanceType": "ml.g5.48xlarge", "count": -(-gpus // 8)},
+                           {"name": "system", "instanceType": "ml.c5.4xlarge", "count": 1}])})
+    else:
+        config.update({"gpuNodes.desired": str(gpus), "gpuNodes.max": str(gpus)})
+    return config
 
 
 def main() -> None:
-    run_program(config_with(1))  # warm-up: imports and first gRPC set-up
-    print(f"{'models':>6}  {'resources':>9}  {'median s':>8}  {'min s':>6}  (of {ROUNDS} runs)")
-    for models in (1, 10, 100):
-        timings, resources = [], 0
-        for _ in range(ROUNDS):
-            started = time.perf_counter()
-            run = run_program(config_with(models))
-            timings.append(time.perf_counter() - started)
-            resources = len(run.resources)
-        print(f"{models:>6}  {resources:>9}  {statistics.median(timings):>8.2f}  {min(timings):>6.2f}")
+    print(f"{'platform':>8}  {'models':>6}  {'resources':>9}  {'median s':>8}  {'min s':>6}  (of {ROUNDS} runs)")
+    for platform in ("hyperpod", "eks"):
+        run_program(config_with(1, platform))  # warm-up: imports and first gRPC set-up
+        for models in (1, 10, 100):
+            timings, resources = [], 0
+            for _ in range(ROUNDS):
+                started = time.perf_counter()
+                run = run_program(config_with(models, platform))
+                timings.append(time.perf_counter() - started)
+                resources = len(run.resources)
+            print(f"{platform:>8}  {models:>6}  {resources:>9}  {statistics.median(timings):>8.2f}  {min(timings):>6.2f}")
 
 
 if __name__ == "__main__":

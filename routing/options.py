@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from settings import ModelSettings, Settings, SettingsError, load_stack, parse_weight_overrides
+from settings.picker import endpoint_picker_config
 
 URL_SCHEMES = ("http", "https")
 
@@ -141,6 +142,18 @@ class StackModel:
     @property
     def where(self) -> str:
         return f"model {self.model.name!r} in stack {self.stack!r}"
+
+    def picker_config(self, instead: str) -> dict:
+        """The EndpointPickerConfig the stack runs for this model (rendered from its weights, or
+        the user's file), or OptionError when a ConfigMap in the cluster decides (`instead`
+        says what to pass then)."""
+        config = endpoint_picker_config(self.model)
+        if config is None:
+            config_map = self.model.picker_config_map
+            raise OptionError(f"{self.where} uses the picker ConfigMap {config_map.name} (key {config_map.key}) "
+                              "that is already in the cluster, so its configuration is not in the stack; set "
+                              f"models[].pickerConfigMap.file to it. {instead}")
+        return config
 
     def weights(self, instead: str) -> dict[str, int]:
         """The weights the stack gives this model, or OptionError when a custom picker

@@ -10,7 +10,6 @@ the request body; it never sees the servers' real prefix caches, only its own gu
 
 from __future__ import annotations
 
-import json
 import random
 import sys
 from collections import OrderedDict
@@ -20,17 +19,28 @@ from typing import Any, Mapping, Protocol, Sequence
 
 from settings import DEFAULT_WEIGHTS, WEIGHT_NAMES
 
+from .estimate import SURROGATE_FIX, ServerPrompt, lone_surrogate, parse_body
 from .plugins import (KV_CACHE, LORA_AFFINITY, MAX_SCORE_PICKER, NO_HIT_LRU, PREFIX, PREFIX_PRODUCER, QUEUE,
                       RUNNING_REQUESTS, SINGLE_PROFILE_HANDLER, TOKEN_PRODUCER, EndpointPickerConfig,
-                      PickerConfigError, SchedulingProfile, load_endpoint_picker_config,
+                      PickerConfigError, PluginSpec, SchedulingProfile, load_endpoint_picker_config,
                       render_endpoint_picker_config)
-from .prefix import go_json, picker_block_hashes, picker_block_size, pseudo_token_bytes
+from .prefix import character_block_hashes, picker_block_hashes, picker_block_size, pseudo_token_bytes
 
 __all__ = [
     "WEIGHT_NAMES", "PodMetrics", "Request", "Decision", "ScoreBreakdown", "PodScore", "ScorerContribution", "Picker", "EndpointPicker", "RoundRobinPicker",
-    "PickerConfigError", "with_default_weights",
+    "PickerConfigError", "with_default_weights", "ServerPrompt", "SURROGATE_FIX", "lone_surrogate",
 ]
 
+# llm-d router releases and how their approximate prefix producer reads a request: v0.9 and
+# later hash 4-byte pseudo-tokens (LDR prefixhash/hashing.go); up to v0.8 the router ran GIE's
+# producer (v1.3-v1.5), which hashes characters. HyperPod's `llm-d` image version is not
+# published; the default is the newest release, the one the open-source path deploys.
+PICKER_VERSIONS: Mapping[str, str] = MappingProxyType({
+    "v0.10": "tokens", "v0.9": "tokens", "v0.8": "characters", "v0.7": "characters", "v0.6": "characters",
+    "v0.5": "characters"})
+DEFAULT_PICKER_VERSION = "v0.10"
+# GIE approximateprefix/types.go@v1.5.0 defaultMaxPrefixBlocks.
+LEGACY_MAX_PREFIX_BLOCKS = 256
 # The fallbacks upstream uses for a non-positive lruCapacityPerServer / lruSize
 # (approximateprefix/plugin.go makeserver, nohitlru/no_hit_lru.go NewNoHitLRU@v0.10.0).
 DEFAULT_LRU_CAPACITY_PER_SERVER = 31250
@@ -55,102 +65,52 @@ class PodMetrics:
 
 @dataclass(frozen=True)
 class Request:
-    """One request as the picker sees it.
+    """One request as the picker sees it (and, in `server_prompts`, as the model server does).
 
-    `prompt` is the text the estimate token backend packs into pseudo-tokens (for chat, its
-    flattening of the messages; see `from_openai_body`). `lora` names the adapter a request
-    targets; the picker's target model (LoRA affinity, and the first block's hash) is then
-    the adapter, as it is when an OpenAI body's `model` names an adapter.
+    `prompt` is the request's text as one string (for chat, the estimate backend's flattening
+    of roles and texts). `picker_prompts` are the estimate backend's token streams, one per
+    prompt it hashes (default: `prompt` as pseudo-tokens); `server_prompts` what vLLM turns into
+    tokens (default: `prompt` as a completion). `cache_salt` isolates prefix caches: it goes
+    into every stream's first block hash. `lora` names the adapter a request targets; the
+    picker's target model (LoRA affinity, and the first block's hash) is then the adapter, as
+    it is when an OpenAI body's `model` names an adapter.
     """
 
     model: str
     prompt: str
     lora: str | None = None
+    cache_salt: str = ""
+    picker_prompts: tuple[bytes, ...] | None = None
+    server_prompts: tuple[ServerPrompt, ...] | None = None
+    # What pickers before v0.9 hash (default: `prompt`'s UTF-8): see estimate.py.
+    character_input: bytes | None = None
 
     @property
     def target_model(self) -> str:
         return self.lora or self.model
 
+    @property
+    def token_streams(self) -> tuple[bytes, ...]:
+        """What the picker hashes: little-endian uint32 token bytes, one entry per prompt."""
+        return self.picker_prompts if self.picker_prompts is not None else (pseudo_token_bytes(self.prompt),)
+
+    @property
+    def characters(self) -> bytes:
+        return self.character_input if self.character_input is not None else self.prompt.encode("utf-8")
+
+    @property
+    def server_inputs(self) -> tuple[ServerPrompt, ...]:
+        return self.server_prompts or (ServerPrompt(text=self.prompt),)
+
     @classmethod
-    def from_openai_body(cls, body: Mapping[str, Any]) -> Request:
-        """A /v1/completions or /v1/chat/completions body, as the estimate backend reads it.
-
-        Completions: the prompt text. Chat: json(tools) when there are tools, then each
-        message's role followed by its text (LDR tokenizer/estimate.go@v0.10.0
-        chatCompletionsBytes, appendChatMessage). Raises ValueError for what it cannot read.
-        """
-        model = body.get("model")
-        if not isinstance(model, str) or not model:
-            raise ValueError(f"`model` must be a non-empty string, got {model!r}")
-        _check_unicode("`model`", model)
-        if "messages" in body:
-            return cls(model=model, prompt=_check_unicode("`messages`", _chat_text(body)))
-        if "prompt" in body:
-            return cls(model=model, prompt=_check_unicode("`prompt`", _completions_text(body["prompt"])))
-        raise ValueError("the body has neither `prompt` (a /v1/completions request) nor `messages` "
-                         "(a /v1/chat/completions request)")
-
-
-SURROGATE_FIX = ("a JSON escape from the U+D800-U+DFFF range without its other half, which is not text; write the "
-                 "character itself, or both halves of its surrogate pair")
-
-
-def lone_surrogate(text: str) -> int | None:
-    """Where `text` holds a lone surrogate (what JSON's "\\ud800" decodes to), which UTF-8 cannot encode."""
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError as error:
-        return error.start
-    return None
-
-
-def _check_unicode(what: str, text: str) -> str:
-    index = lone_surrogate(text)
-    if index is not None:
-        raise ValueError(f"{what} holds a lone surrogate \\u{ord(text[index]):04x} at character {index}: "
-                         f"{SURROGATE_FIX}")
-    return text
-
-
-def _completions_text(prompt: Any) -> str:
-    if isinstance(prompt, str):
-        return prompt
-    if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str):
-        return prompt[0]
-    raise ValueError("`prompt` must be a string (or a list of one string); lists of several prompts and "
-                     "token-ID prompts are not modelled")
-
-
-def _chat_text(body: Mapping[str, Any]) -> str:
-    messages = body["messages"]
-    if not isinstance(messages, list):
-        raise ValueError(f"`messages` must be a list, got {type(messages).__name__}")
-    parts = []
-    tools = body.get("tools")
-    if tools:
-        parts.append(go_json(tools))
-    for index, message in enumerate(messages):
-        if not isinstance(message, Mapping):
-            raise ValueError(f"`messages[{index}]` must be an object, got {json.dumps(message)[:60]}")
-        parts.append(str(message.get("role") or ""))
-        parts.append(_content_text(message.get("content"), index))
-    return "".join(parts)
-
-
-def _content_text(content: Any, index: int) -> str:
-    if content is None or isinstance(content, str):
-        return content or ""
-    if not isinstance(content, list):
-        raise ValueError(f"`messages[{index}].content` must be a string or a list of parts")
-    texts = []
-    for part in content:
-        kind = part.get("type") if isinstance(part, Mapping) else None
-        if kind != "text":
-            # The estimate backend folds images, audio and video in as placeholder tokens
-            # whose count depends on its media estimators; not modelled here.
-            raise ValueError(f"`messages[{index}].content` has a {kind!r} part; only text parts are modelled")
-        texts.append(str(part.get("text", "")))
-    return "".join(texts)
+    def from_openai_body(cls, body: Mapping[str, Any], api: str | None = None) -> Request:
+        """A /v1/completions, /v1/chat/completions or /v1/embeddings body (`api`, inferred from its
+        fields when None), as the estimate backend reads it (routing/estimate.py). Raises
+        ValueError for what upstream refuses, or what is not text."""
+        parsed = parse_body(body, api)
+        return cls(model=parsed.model, prompt=parsed.text, cache_salt=parsed.cache_salt,
+                   picker_prompts=parsed.picker_prompts, server_prompts=parsed.server_prompts,
+                   character_input=parsed.character_input)
 
 
 _NO_WEIGHTS: Mapping[str, float] = MappingProxyType({})
@@ -330,11 +290,16 @@ class PrefixIndex:
 
 @dataclass(frozen=True)
 class _MatchInfo:
-    """One prefix producer's view of one request (LDR attribute/prefix PrefixCacheMatchInfo)."""
+    """One prefix producer's view of one request (LDR attribute/prefix PrefixCacheMatchInfo):
+    block hashes per prompt, and blocks matched per pod summed over the prompts."""
 
-    hashes: list[int]
+    hashes: list[list[int]]
     match_blocks: dict[str, int]
     block_tokens: int
+
+    @property
+    def total_blocks(self) -> int:
+        return sum(len(hashes) for hashes in self.hashes)
 
     @property
     def cold(self) -> bool:
@@ -346,45 +311,74 @@ class _PrefixProducer:
 
     LDR dataproducer/approximateprefix/plugin.go@v0.10.0: the block size is the first
     candidate's vLLM block size under autoTune (else blockSizeTokens), never below 64; the
-    prefix is capped by maxPrefixTokensToMatch, else maxPrefixBlocksToMatch, else not at all.
+    prefix is capped by maxPrefixTokensToMatch, else maxPrefixBlocksToMatch, else not at all;
+    each prompt of a request is its own hash chain, and matches are summed over them.
+
+    With `characters` (picker versions before v0.9, built on GIE v1.5's producer,
+    approximateprefix/{hashing,plugin}.go@GIE v1.5.0): one stream of the request's characters
+    in blocks of blockSizeTokens x 4 bytes, no 64-token floor, the trailing partial block
+    dropped, at most 256 blocks unless configured, and the constant 31,250 as the capacity
+    without autoTune.
     """
 
-    def __init__(self, parameters: Mapping[str, Any]):
+    def __init__(self, spec: PluginSpec, *, characters: bool = False):
+        parameters = spec.parameters
         self.auto_tune: bool = parameters["autoTune"]
         self.block_size_tokens: int = parameters["blockSizeTokens"]
         self.max_prefix_tokens: int = parameters["maxPrefixTokensToMatch"]
         self.max_prefix_blocks: int = parameters["maxPrefixBlocksToMatch"]
         self.lru_capacity_per_server: int = parameters["lruCapacityPerServer"]
+        self.characters = characters
+        if characters:
+            # GIE v1.5 defaults, where the config left them: no token cap, 256 blocks.
+            if "maxPrefixTokensToMatch" not in spec.written:
+                self.max_prefix_tokens = 0
+            if "maxPrefixBlocksToMatch" not in spec.written:
+                self.max_prefix_blocks = LEGACY_MAX_PREFIX_BLOCKS
         self.index = PrefixIndex()
 
     def match(self, request: Request, pods: Sequence[PodMetrics]) -> _MatchInfo:
         # Upstream hashes a request once, with the block size of the *first* candidate
         # (GetBlockSize: endpoints[0]); pods reporting another block size are matched with that
         # one too. Pods of one Deployment agree anyway.
-        block_tokens = picker_block_size(self.block_size_tokens, pods[0].block_size, self.auto_tune)
-        hashes = picker_block_hashes(request.target_model, pseudo_token_bytes(request.prompt), block_tokens,
-                                     self._max_blocks(block_tokens))
-        matched = self.index.match(hashes)
-        return _MatchInfo(hashes, {pod.name: matched.get(pod.name, 0) for pod in pods}, block_tokens)
+        if self.characters:
+            block_tokens = self.block_size_tokens
+            if self.auto_tune and pods[0].block_size is not None and pods[0].block_size > 0:
+                block_tokens = pods[0].block_size
+            streams = [character_block_hashes(request.target_model, request.characters, block_tokens,
+                                              self._max_blocks(block_tokens), request.cache_salt)]
+        else:
+            block_tokens = picker_block_size(self.block_size_tokens, pods[0].block_size, self.auto_tune)
+            max_blocks = self._max_blocks(block_tokens)
+            streams = [picker_block_hashes(request.target_model, stream, block_tokens, max_blocks, request.cache_salt)
+                       for stream in request.token_streams]
+        streams = [hashes for hashes in streams if hashes]
+        match_blocks = dict.fromkeys((pod.name for pod in pods), 0)
+        for hashes in streams:
+            for pod, blocks in self.index.match(hashes).items():
+                if pod in match_blocks:
+                    match_blocks[pod] += blocks
+        return _MatchInfo(streams, match_blocks, block_tokens)
 
     def _max_blocks(self, block_tokens: int) -> int:
         # resolveMaxBlocks.
-        if self.max_prefix_tokens > 0:
+        if self.max_prefix_tokens > 0 and block_tokens > 0:
             return self.max_prefix_tokens // block_tokens
         return self.max_prefix_blocks or sys.maxsize
 
     def record(self, match: _MatchInfo, pod: PodMetrics) -> None:
         """PreRequest: the chosen pod now (presumably) holds the request's blocks."""
-        self.index.add(match.hashes, pod.name, self._lru_capacity(pod))
+        for hashes in match.hashes:
+            self.index.add(hashes, pod.name, self._lru_capacity(pod))
 
     def _lru_capacity(self, pod: PodMetrics) -> int:
         # makeserver: num_gpu_blocks under autoTune when reported, else lruCapacityPerServer when
-        # positive, else the default. num_gpu_blocks counts vLLM blocks (16 tokens on GPUs) while
-        # the index holds blocks of at least 64 tokens, so upstream's index can remember up to 4x
-        # what the pod really caches.
+        # positive (not read before v0.9), else the default. num_gpu_blocks counts vLLM blocks
+        # (16 tokens on GPUs) while the index holds blocks of at least 64 tokens, so upstream's
+        # index can remember up to 4x what the pod really caches.
         if self.auto_tune and pod.num_gpu_blocks is not None and pod.num_gpu_blocks > 0:
             return pod.num_gpu_blocks
-        if self.lru_capacity_per_server > 0:
+        if self.lru_capacity_per_server > 0 and not self.characters:
             return self.lru_capacity_per_server
         return DEFAULT_LRU_CAPACITY_PER_SERVER
 
@@ -439,7 +433,7 @@ class _PrefixScorer(_Scorer):
         self.match_length_scale_tokens: int = parameters["matchLengthScaleTokens"]
 
     def score(self, request, pods, match):
-        total = len(match.hashes)
+        total = match.total_blocks
         if not total:
             return {pod.name: 0.0 for pod in pods}
         weight = self.match_length_weight
@@ -510,10 +504,17 @@ class EndpointPicker:
     build the same plugins.
     """
 
-    def __init__(self, config: EndpointPickerConfig | Mapping[str, Any], *, seed: int | None = None):
+    def __init__(self, config: EndpointPickerConfig | Mapping[str, Any], *, seed: int | None = None,
+                 picker_version: str = DEFAULT_PICKER_VERSION):
         if not isinstance(config, EndpointPickerConfig):
             config = load_endpoint_picker_config(render_endpoint_picker_config(config))
+        if picker_version not in PICKER_VERSIONS:
+            raise PickerConfigError(f"picker version {picker_version!r}: not one of {', '.join(PICKER_VERSIONS)}; "
+                                    f"use {DEFAULT_PICKER_VERSION} (the default) or a version before v0.9 for "
+                                    "character-based prefix hashing")
         self.config = config
+        self.picker_version = picker_version
+        self.hashes_characters = PICKER_VERSIONS[picker_version] == "characters"
         self._rng = random.Random(seed)
         profile = _single_profile(config)
         _check_token_producers(config)
@@ -545,7 +546,7 @@ class EndpointPicker:
                     raise PickerConfigError(f"plugin {spec.name} ({spec.type}) produces the prefix match info a "
                                             f"scorer reads; only {PREFIX_PRODUCER} is modelled. Point "
                                             "prefixMatchInfoProducerName at one.")
-                self._producers[scorer.producer] = _PrefixProducer(spec.parameters)
+                self._producers[scorer.producer] = _PrefixProducer(spec, characters=self.hashes_characters)
         # Plugins that take no part in this profile's picks (data layer, flow control, parsers,
         # producers nothing here reads), for reports that say what the model leaves out.
         self.ignored_plugins = tuple(
@@ -554,13 +555,15 @@ class EndpointPicker:
                                                         and spec.type != TOKEN_PRODUCER))
 
     @classmethod
-    def from_config(cls, config: EndpointPickerConfig, *, seed: int | None = None) -> EndpointPicker:
-        return cls(config, seed=seed)
+    def from_config(cls, config: EndpointPickerConfig, *, seed: int | None = None,
+                    picker_version: str = DEFAULT_PICKER_VERSION) -> EndpointPicker:
+        return cls(config, seed=seed, picker_version=picker_version)
 
     @property
-    def prefix_index(self) -> PrefixIndex:
-        """The index of the (first) prefix producer in use."""
-        return next(iter(self._producers.values())).index
+    def prefix_index(self) -> PrefixIndex | None:
+        """The index of the (first) prefix producer in use; None when no scorer reads one."""
+        producer = next(iter(self._producers.values()), None)
+        return None if producer is None else producer.index
 
     def pick(self, request: Request, pods: Sequence[PodMetrics]) -> Decision:
         if not pods:
@@ -577,8 +580,9 @@ class EndpointPicker:
         # Comprehensions add scorer by scorer, in the same order, as a loop from 0.0 would.
         totals = dict.fromkeys(names, 0.0)
         for scorer, weight in self.weights.items():
+            # _clamp, inlined: this runs scorers × pods times per pick.
             totals = {pod: totals[pod] + weight * (0.0 if score < 0.0 else 1.0 if score > 1.0 else score)
-                      for pod, score in scores[scorer].items()}  # _clamp, inlined
+                      for pod, score in scores[scorer].items()}
 
         # LDR picker/maxscore/picker.go@v0.10.0: shuffle, then stable sort by score, highest
         # first, so equal totals are broken uniformly at random. With maxNumOfEndpoints > 1 the
@@ -599,7 +603,7 @@ class EndpointPicker:
         return Decision(pod=chosen, totals=MappingProxyType(totals),
                         scores=MappingProxyType({k: MappingProxyType(v) for k, v in scores.items()}),
                         match_blocks=MappingProxyType(first.match_blocks if first else {}),
-                        total_blocks=len(first.hashes) if first else 0, weights=self.weights)
+                        total_blocks=first.total_blocks if first else 0, weights=self.weights)
 
 
 def _shuffle(items: list, rng: random.Random) -> None:

@@ -22,7 +22,8 @@ import yaml
 __all__ = [
     "API_VERSION", "DEPRECATED_API_VERSION", "KIND", "WEIGHT_PLUGIN_TYPES", "MODELLED_TYPES", "KNOWN_TYPES",
     "PickerConfigError", "Parameter", "PluginSpec", "ProfilePlugin", "SchedulingProfile", "EndpointPickerConfig",
-    "load_endpoint_picker_config", "render_endpoint_picker_config", "plugin_role", "plugin_parameters",
+    "load_endpoint_picker_config", "render_endpoint_picker_config", "endpoint_picker_config_yaml", "plugin_role",
+    "plugin_parameters",
 ]
 
 API_VERSION = "llm-d.ai/v1alpha1"
@@ -209,6 +210,8 @@ class PluginSpec:
     parameters: Mapping[str, Any]
     # Where it came from: "plugins[2]", or the defaulting rule that added it.
     origin: str
+    # The parameter keys the config wrote (the rest are defaults).
+    written: frozenset[str] = frozenset()
 
     @property
     def role(self) -> str:
@@ -383,18 +386,20 @@ def _plugins(entries: Any, warnings: list[str]) -> dict[str, PluginSpec]:
                             "--allow-experimental-plugins=true")
         if kind.deprecated:
             warnings.append(f"{where}: {plugin_type} is deprecated in the llm-d router v0.10")
-        parameters = _decode_parameters(plugin_type, entry.get("parameters"), where, name, warnings)
-        plugins[name] = PluginSpec(name=name, type=plugin_type, parameters=parameters, origin=where)
+        parameters, written = _decode_parameters(plugin_type, entry.get("parameters"), where, name, warnings)
+        plugins[name] = PluginSpec(name=name, type=plugin_type, parameters=parameters, origin=where, written=written)
     return plugins
 
 
-def _decode_parameters(plugin_type: str, raw: Any, where: str, name: str, warnings: list[str]) -> Mapping[str, Any]:
+def _decode_parameters(plugin_type: str, raw: Any, where: str, name: str,
+                       warnings: list[str]) -> tuple[Mapping[str, Any], frozenset[str]]:
     kind = _PLUGIN_TYPES[plugin_type]
     if plugin_type not in MODELLED_TYPES or kind.parameters is None:
         if raw and plugin_type in MODELLED_TYPES:
             warnings.append(f"{where}.parameters: {plugin_type} takes no parameters; upstream's factory ignores "
                             f"{_shown(raw)}")
-        return _frozen(raw if isinstance(raw, Mapping) else {})
+        raw = raw if isinstance(raw, Mapping) else {}
+        return _frozen(raw), frozenset(raw)
     values = {parameter.key: parameter.default for parameter in kind.parameters}
     if raw is None:
         raw = {}
@@ -414,7 +419,7 @@ def _decode_parameters(plugin_type: str, raw: Any, where: str, name: str, warnin
             values[parameter.key] = _decoded_value(parameter, value, f"{where}.parameters.{key}")
             written.add(parameter.key)
     _check_plugin_parameters(plugin_type, values, written, where, warnings)
-    return MappingProxyType(values)
+    return MappingProxyType(values), frozenset(written)
 
 
 def _moved_prefix_parameter_hint(plugin_type: str, key: Any) -> str:
@@ -597,9 +602,11 @@ def _apply_system_defaults(plugins: dict[str, PluginSpec], profiles: list[Schedu
 
 def _add_missing_producers(plugins: dict[str, PluginSpec], profiles: list[SchedulingProfile]) -> None:
     # A prefix-cache or no-hit-lru scorer reads the match info of the producer it names, by default
-    # one named approx-prefix-cache-producer, which is created with default parameters when absent.
+    # one named approx-prefix-cache-producer: that one (only) is created with default parameters
+    # when absent, as the default producer of its data key.
     for spec in list(plugins.values()):
-        if spec.type in (PREFIX, NO_HIT_LRU) and not spec.parameters["prefixMatchInfoProducerName"]:
+        if spec.type in (PREFIX, NO_HIT_LRU) and (spec.parameters["prefixMatchInfoProducerName"]
+                                                  or PREFIX_PRODUCER) == PREFIX_PRODUCER:
             if PREFIX_PRODUCER not in plugins:
                 plugins[PREFIX_PRODUCER] = _default_plugin(PREFIX_PRODUCER, f"added: {spec.name} needs its match info")
 
@@ -681,3 +688,9 @@ def render_endpoint_picker_config(weights: Mapping[str, Any]) -> dict[str, Any]:
         "schedulingProfiles": [{"name": DEFAULT_PROFILE, "plugins": refs + [{"pluginRef": MAX_SCORE_PICKER}]}],
     }
 
+
+
+def endpoint_picker_config_yaml(document: Mapping[str, Any]) -> str:
+    """`document` (e.g. a rendered config) as the YAML text a ConfigMap carries: keys in the
+    document's own order, block style, so equal documents give equal text and equal hashes."""
+    return yaml.safe_dump(dict(document), sort_keys=False, default_flow_style=False, allow_unicode=True)

@@ -34,7 +34,8 @@ from .picker import (Decision, EndpointPicker, Picker, PickerConfigError, PodMet
                      with_default_weights)
 from .prefix import EstimateTokenizer, HFTokenizerFile, Tokenizer, TokenizerFileError
 from .simulate import (DEFAULT_BLOCK_SIZE, DEFAULT_CAPACITY_BLOCKS, DEFAULT_SCRAPE_INTERVAL, Fleet, LoadResult,
-                       SimulatedServer, SimulationResult, prepare, simulate_side_by_side, simulate_under_load)
+                       SimulatedServer, SimulationResult, UnsupportedRequest, prepare, simulate_side_by_side,
+                       simulate_under_load)
 from .tables import percent
 from . import sweep
 from .workloads import BUILTIN_WORKLOADS as BUILTIN, WorkloadError, to_requests
@@ -168,7 +169,10 @@ def run_prediction(requests: Sequence[Request], *, weights: Mapping[str, int] | 
 
     if capacity_blocks is None:
         raise PredictError("a replay under load needs a KV cache size: pass --capacity-blocks N")
-    prepared = prepare(requests, load.output_lens, tokenizer, block_size)
+    try:
+        prepared = prepare(requests, load.output_lens, tokenizer, block_size)
+    except UnsupportedRequest as error:
+        raise PredictError(str(error)) from None
     for prompt_len, keys in zip(prepared.prompt_lens, prepared.keys):
         best_pod.serve(prompt_len, keys)
     best = SimulationResult((best_pod.counters(),))

@@ -16,7 +16,7 @@ import json
 import struct
 from array import array
 from pathlib import Path
-from typing import Protocol, Sequence
+from typing import Any, Protocol, Sequence
 
 import xxhash
 
@@ -27,6 +27,7 @@ PSEUDO_TOKEN_BYTES = 4
 MIN_PICKER_BLOCK_TOKENS = 64
 
 _TWO_LE64 = struct.Struct("<QQ")
+_LE64 = struct.Struct("<Q")
 
 
 def pseudo_token_bytes(text: str) -> bytes:
@@ -76,6 +77,23 @@ def picker_block_hashes(model: str, token_bytes: bytes, block_tokens: int, max_b
     return hashes
 
 
+def character_block_hashes(model: str, data: bytes, block_tokens: int, max_blocks: int, cache_salt: str = "") -> list[int]:
+    """Pickers before v0.9 (GIE approximateprefix/hashing.go@v1.5.0 hashPrompt): blocks of
+    block_tokens x 4 bytes of the request's characters, h0 = xxh64(model ‖ cache_salt),
+    h_i = xxh64(block_i bytes ‖ le64(h_{i-1})); the trailing partial block is dropped, so a
+    prompt shorter than one block has no hashes."""
+    block_bytes = block_tokens * PSEUDO_TOKEN_BYTES
+    if block_bytes <= 0:
+        return []
+    previous = xxhash.xxh64_intdigest(model.encode("utf-8") + cache_salt.encode("utf-8"))
+    end = min(len(data), max_blocks * block_bytes) // block_bytes * block_bytes
+    hashes = []
+    for start in range(0, end, block_bytes):
+        previous = xxhash.xxh64_intdigest(data[start:start + block_bytes] + _LE64.pack(previous))
+        hashes.append(previous)
+    return hashes
+
+
 def server_block_keys(tokens: Sequence[int], block_size: int) -> list[int]:
     """One key per *full* block of `tokens`, each covering the block and all blocks before it.
 
@@ -96,14 +114,15 @@ def server_block_keys(tokens: Sequence[int], block_size: int) -> list[int]:
     return keys
 
 
-def go_json(value: object) -> str:
-    """`value` as Go's encoding/json writes a decoded `any`: compact, keys sorted, <>& escaped.
+def go_json(value: object, *, sort_keys: bool = True) -> str:
+    """`value` as Go's encoding/json writes a decoded `any`: compact, keys sorted, <>& escaped
+    (`sort_keys=False`: keys in the order given, as Go writes a struct's fields).
 
     The estimate backend hashes `json.Marshal(tools)` of a chat request. Numbers differ from
     Go's in rare cases (Go decodes every number to float64), which only shifts where two tool
     lists stop matching, never whether identical ones match.
     """
-    text = json.dumps(value, separators=(",", ":"), sort_keys=True, ensure_ascii=False)
+    text = json.dumps(value, separators=(",", ":"), sort_keys=sort_keys, ensure_ascii=False)
     for char, escape in (("&", "\\u0026"), ("<", "\\u003c"), (">", "\\u003e"),
                          ("\u2028", "\\u2028"), ("\u2029", "\\u2029")):
         text = text.replace(char, escape)
@@ -117,6 +136,22 @@ class Tokenizer(Protocol):
     description: str
 
     def encode(self, text: str) -> list[int]: ...
+
+
+def server_tokens(tokenizer: Tokenizer, request: Any) -> list[list[int]]:
+    """The token IDs a model server computes for `request` (a picker Request), one list per
+    sequence it runs: a completion's prompts (text or token IDs), or a chat rendered by the
+    model's chat template when `tokenizer` can render it (HFTokenizerFile); otherwise a chat
+    is counted as its flattened text."""
+    sequences = []
+    for prompt in request.server_inputs:
+        if prompt.token_ids is not None:
+            sequences.append(list(prompt.token_ids))
+        elif prompt.chat is not None and isinstance(tokenizer, HFTokenizerFile) and tokenizer.chat_template:
+            sequences.append(tokenizer.encode_chat(prompt.chat))
+        else:
+            sequences.append(tokenizer.encode(prompt.text if prompt.text is not None else request.prompt))
+    return sequences
 
 
 class EstimateTokenizer:
@@ -161,7 +196,47 @@ class HFTokenizerFile:
             raise TokenizerFileError(f"--tokenizer {file}: not a Hugging Face tokenizer.json ({error}). "
                                      "Pass the tokenizer.json that ships with the model.") from error
         self.path = file
-        self.description = f"counted with {file}"
+        self.chat_template = _chat_template(file.parent)
+        chats = "chats with its chat template" if self.chat_template else "chats as flattened text (no chat template)"
+        self.description = f"counted with {file}, {chats}"
 
     def encode(self, text: str) -> list[int]:
         return self._tokenizer.encode(text, add_special_tokens=True).ids
+
+    def render_chat(self, chat: str) -> str:
+        """The prompt vLLM makes of a chat request (`ServerPrompt.chat`): its messages, text parts
+        joined with newlines (vLLM's "string" content format), through the chat template with
+        add_generation_prompt, rendered as transformers renders it (a sandboxed Jinja
+        environment with trim_blocks and lstrip_blocks)."""
+        from jinja2.sandbox import ImmutableSandboxedEnvironment  # only chat rendering needs it
+
+        request = json.loads(chat)
+        messages = [{**message, "content": _content_string(message.get("content"))}
+                    for message in request["messages"]]
+        environment = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
+        environment.filters["tojson"] = lambda value, indent=None: json.dumps(value, indent=indent, ensure_ascii=False)
+        template = environment.from_string(self.chat_template)
+        return template.render(messages=messages, tools=request.get("tools"), add_generation_prompt=True)
+
+    def encode_chat(self, chat: str) -> list[int]:
+        # vLLM tokenizes a rendered chat without adding special tokens (the template holds them).
+        return self._tokenizer.encode(self.render_chat(chat), add_special_tokens=False).ids
+
+
+def _chat_template(model_dir: Path) -> str | None:
+    # transformers 5 writes chat_template.jinja; older versions kept it in tokenizer_config.json.
+    jinja = model_dir / "chat_template.jinja"
+    if jinja.is_file():
+        return jinja.read_text(encoding="utf-8")
+    config = model_dir / "tokenizer_config.json"
+    if config.is_file():
+        template = json.loads(config.read_text(encoding="utf-8")).get("chat_template")
+        return template if isinstance(template, str) else None
+    return None
+
+
+def _content_string(content: Any) -> str:
+    if isinstance(content, list):
+        return "\n".join(part.get("text", "") for part in content
+                         if isinstance(part, dict) and part.get("type") == "text")
+    return content or ""

@@ -2,13 +2,22 @@
 
 It stands where Envoy plus the endpoint picker stand in the cluster, so the seed page's
 experiments can run against real vLLM servers on one machine. Like the real picker it
-scrapes every backend's /metrics every 50 ms and treats a backend whose last good scrape is
-older than 2 s as stale (reference endpoint-picker-upstream.md section 4: upstream's
---refresh-metrics-interval and --metrics-staleness-threshold defaults). A stale backend is
-not a candidate here. Upstream applies the threshold through its saturation detector (a pod
-with stale metrics counts as having no capacity), and in a cluster a dead pod also leaves the
-pool once Kubernetes marks it unready; dropping it from the candidates is this model's
-simplification of both.
+scrapes every backend's /metrics every 50 ms (upstream's --refresh-metrics-interval) and
+routes, by path, what upstream's default parsers route and vLLM serves: /v1/completions,
+/v1/chat/completions (and their /render), /v1/embeddings, /v1/responses, /v1/messages and
+/inference/v1/generate (estimate.API_PATHS). Every other path (/tokenize, /metrics,
+/v1/models, ...) is passed through, unrouted, to the first backend with a fresh scrape.
+
+Dropping stale backends is serve's own safety rule, not upstream's: a backend whose last good
+scrape is older than --staleness (2 s) is not a candidate here, so requests stop going to a
+server that has died. The real picker never filters candidates by the age of their metrics
+(endpoint-picker-upstream.md section 9: its 2 s --metrics-staleness-threshold only feeds a
+metrics logger); a dead pod leaves its pool when Kubernetes marks it unready, and until then
+it is scored on its last metrics.
+
+A client that sends `x-routing-explain: true` gets the pick's score breakdown (each
+candidate's raw score, weight and weighted value per scorer, its total, and the runner-up
+margin; `Decision.breakdown()`) as JSON in the `x-routing-decision` response header.
 
 GET /health shows each backend's last good scrape (when it was sent, and the queue, running
 and KV-usage figures the picker read). In-process, `RunningGateway.wait_idle` waits until
@@ -36,16 +45,21 @@ from aiohttp import web
 from .metrics import MetricsError, VllmMetrics, parse_metrics
 from .options import (OptionError, add_model_options, load_stack_model, named_url, port_number, positive_seconds,
                       unique_named_urls, weights_option)
-from .picker import (EndpointPicker, Picker, PickerConfigError, PodMetrics, Request, RoundRobinPicker,
-                     with_default_weights)
+from .estimate import API_PATHS
+from .picker import (DEFAULT_PICKER_VERSION, PICKER_VERSIONS, EndpointPicker, Picker, PickerConfigError, PodMetrics,
+                     Request, RoundRobinPicker, with_default_weights)
+from .plugins import EndpointPickerConfig, load_endpoint_picker_config
 
 SCRAPE_INTERVAL = 0.05
 STALENESS = 2.0
 # How long `RunningGateway.wait_idle` waits, at most, for an idle scrape of every backend.
 SETTLE_TIMEOUT = 2.0
 ROUTED_HEADER = "x-routed-to"
+EXPLAIN_HEADER = "x-routing-explain"
+DECISION_HEADER = "x-routing-decision"
 HISTORY_LIMIT = 100_000
-INFERENCE_PATHS = ("/v1/completions", "/v1/chat/completions")
+# The paths upstream's default parsers route that vLLM serves, and the API each body is read as.
+INFERENCE_PATHS = API_PATHS
 # Not forwarded either way: they describe one connection, or framing aiohttp redoes.
 HOP_BY_HOP = frozenset(h.lower() for h in (
     "Connection", "Keep-Alive", "Proxy-Authenticate", "Proxy-Authorization", "TE", "Trailer",
@@ -147,9 +161,9 @@ class RoutingGateway:
         """The application, created inside the event loop that will run it (aiohttp binds it there)."""
         app = web.Application(client_max_size=64 * 1024 * 1024)
         app.router.add_get("/health", self.health)
-        app.router.add_get("/v1/models", self.models)
         for path in INFERENCE_PATHS:
             app.router.add_post(path, self.inference)
+        app.router.add_route("*", "/{path:.*}", self.pass_through)
         app.on_startup.append(self._start)
         app.on_cleanup.append(self._stop)
         return app
@@ -217,11 +231,12 @@ class RoutingGateway:
         return _error(503, f"no backend has had a good /metrics scrape in the last {self.staleness:g}s; "
                            "see GET /health for each backend's last error")
 
-    async def models(self, request: web.Request) -> web.StreamResponse:
+    async def pass_through(self, request: web.Request) -> web.StreamResponse:
+        """Any path serve does not route goes, as it is, to the first backend with a fresh scrape."""
         fresh = self.fresh_backends()
         if not fresh:
             return self._no_backend()
-        return await self._proxy(request, fresh[0], b"")
+        return await self._proxy(request, fresh[0], await request.read())
 
     async def inference(self, request: web.Request) -> web.StreamResponse:
         raw = await request.read()
@@ -229,7 +244,7 @@ class RoutingGateway:
             body = json.loads(raw)
             if not isinstance(body, dict):
                 raise ValueError("the body must be a JSON object")
-            picker_request = Request.from_openai_body(body)
+            picker_request = Request.from_openai_body(body, INFERENCE_PATHS[request.path])
         except ValueError as error:
             return _error(400, f"cannot route this request: {error}")
         fresh = self.fresh_backends()
@@ -240,10 +255,15 @@ class RoutingGateway:
         chosen.routed += 1
         self.history.append(RoutedRequest(time.monotonic(), chosen.name, tuple(b.name for b in fresh),
                                           decision.totals))
-        return await self._proxy(request, chosen, raw)
+        explained = None
+        if request.headers.get(EXPLAIN_HEADER, "").strip().lower() in ("1", "true", "yes"):
+            explained = json.dumps(decision.breakdown().as_dict(), separators=(",", ":"))
+        return await self._proxy(request, chosen, raw, explained)
 
-    async def _proxy(self, request: web.Request, backend: Backend, raw: bytes) -> web.StreamResponse:
-        headers = {k: v for k, v in request.headers.items() if k.lower() not in HOP_BY_HOP}
+    async def _proxy(self, request: web.Request, backend: Backend, raw: bytes,
+                     explained: str | None = None) -> web.StreamResponse:
+        headers = {k: v for k, v in request.headers.items()
+                   if k.lower() not in HOP_BY_HOP and k.lower() != EXPLAIN_HEADER}
         response: web.StreamResponse | None = None
         try:
             async with self._session.request(request.method, backend.url + request.rel_url.path_qs, data=raw or None,
@@ -253,6 +273,8 @@ class RoutingGateway:
                     if key.lower() not in HOP_BY_HOP:
                         response.headers.add(key, value)
                 response.headers[ROUTED_HEADER] = backend.name
+                if explained is not None:
+                    response.headers[DECISION_HEADER] = explained
                 await response.prepare(request)
                 async for chunk in upstream.content.iter_any():
                     await response.write(chunk)
@@ -375,22 +397,30 @@ class RunningGateway(ThreadedApp):
         return True
 
 
-def make_picker(weights: Mapping[str, int] | None, *, round_robin: bool = False,
-                seed: int | None = None) -> tuple[Picker, str]:
-    """RoundRobinPicker, or an EndpointPicker with `weights` laid over the default profile; and
-    the picker's label for /health and the log."""
+def make_picker(weights: Mapping[str, int] | None, *, round_robin: bool = False, seed: int | None = None,
+                config: EndpointPickerConfig | None = None,
+                picker_version: str = DEFAULT_PICKER_VERSION) -> tuple[Picker, str]:
+    """RoundRobinPicker, an EndpointPicker built from `config`, or one with `weights` laid over
+    the default profile; and the picker's label for /health and the log."""
     if round_robin:
         return RoundRobinPicker(), "round-robin"
+    version = f", picker {picker_version}"
+    if config is not None:
+        profile = config.scheduling_profiles[0]
+        return EndpointPicker(config, seed=seed, picker_version=picker_version), "endpoint picker, config " + ",".join(
+            f"{entry.plugin_ref}={entry.weight:g}" for entry in profile.plugins if entry.weight is not None) + version
     weights = with_default_weights(weights)
-    return EndpointPicker(weights, seed=seed), "endpoint picker, weights " + ",".join(
-        f"{name}={value}" for name, value in weights.items())
+    return EndpointPicker(weights, seed=seed, picker_version=picker_version), "endpoint picker, weights " + ",".join(
+        f"{name}={value}" for name, value in weights.items()) + version
 
 
 def start_gateway(backends: Mapping[str, str], weights: Mapping[str, int] | None = None, *, round_robin: bool = False,
                   seed: int | None = None, port: int = 0, scrape_interval: float = SCRAPE_INTERVAL,
-                  staleness: float = STALENESS) -> RunningGateway:
+                  staleness: float = STALENESS, config: EndpointPickerConfig | None = None,
+                  picker_version: str = DEFAULT_PICKER_VERSION) -> RunningGateway:
     """Start `serve` in this process (background thread); `.url`, `.gateway.history`, `.stop()`."""
-    picker, label = make_picker(weights, round_robin=round_robin, seed=seed)
+    picker, label = make_picker(weights, round_robin=round_robin, seed=seed, config=config,
+                                picker_version=picker_version)
     gateway = RoutingGateway(backends, picker, scrape_interval=scrape_interval, staleness=staleness, label=label)
     return RunningGateway(gateway, port).start()
 
@@ -398,11 +428,12 @@ def start_gateway(backends: Mapping[str, str], weights: Mapping[str, int] | None
 def add_parser(subparsers) -> argparse.ArgumentParser:
     parser = subparsers.add_parser(
         "serve", help="local OpenAI-compatible gateway that routes with the endpoint-picker model (not for production)",
-        description="Route /v1/completions and /v1/chat/completions (streaming too) across --backend servers "
-                    "with the endpoint-picker model, scraping each backend's /metrics every 50 ms and skipping "
-                    "backends whose last good scrape is over 2 s old (the real picker's scrape tick and "
-                    "staleness threshold). The chosen "
-                    f"backend is named in the {ROUTED_HEADER!r} response header. " + NOT_PRODUCTION,
+        description="Route completions, chat completions, embeddings, responses, Anthropic messages and vLLM "
+                    "generate requests (streaming too) across --backend servers with the endpoint-picker model, scraping each backend's /metrics every "
+                    "50 ms (the real picker's tick); pass every other path through to a backend. As a safety rule "
+                    "of its own (the real picker has none), serve skips backends whose last good scrape is over "
+                    f"--staleness old. The chosen backend is named in the {ROUTED_HEADER!r} response header; send "
+                    f"'{EXPLAIN_HEADER}: true' to get the score breakdown in {DECISION_HEADER!r}. " + NOT_PRODUCTION,
     )
     parser.add_argument("--backend", action="append", type=named_url("--backend"), required=True, metavar="NAME=URL",
                         help="a model server (repeatable), e.g. pod-a=http://127.0.0.1:18001")
@@ -411,33 +442,51 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     choice = parser.add_mutually_exclusive_group()
     choice.add_argument("--weights", type=weights_option, metavar="NAME=N,...",
                         help="scorer weights laid over the defaults queue=2,kvCache=2,prefix=3, e.g. prefix=0,queue=3")
-    choice.add_argument("--stack", help="take the weights a stack gives --model, e.g. --stack dev --model qwen-small")
+    choice.add_argument("--stack", help="route with the picker configuration a stack gives --model (rendered from its "
+                                        "weights, or its pickerConfigMap file), e.g. --stack dev --model qwen-small")
     choice.add_argument("--round-robin", action="store_true", help="pick backends in turn, like a plain Service")
+    choice.add_argument("--picker-config", metavar="FILE",
+                        help="an EndpointPickerConfig (llm-d.ai/v1alpha1) to build the picker from, plugin by plugin, "
+                             "e.g. the one the stack deploys or your pickerConfigMap's")
+    parser.add_argument("--picker-version", choices=tuple(PICKER_VERSIONS), default=DEFAULT_PICKER_VERSION,
+                        help=f"llm-d router release to model (default {DEFAULT_PICKER_VERSION}); before v0.9 the "
+                             "prefix producer hashes characters instead of 4-byte pseudo-tokens")
     add_model_options(parser)
     parser.add_argument("--seed", type=int, help="seed for the picker's random tie-breaks (default: random)")
     parser.add_argument("--scrape-interval", type=positive_seconds, default=SCRAPE_INTERVAL,
                         help=f"seconds between /metrics scrapes (default {SCRAPE_INTERVAL:g}, the picker's)")
     parser.add_argument("--staleness", type=positive_seconds, default=STALENESS,
-                        help=f"seconds after its last good scrape at which a backend is no longer picked "
-                             f"(default {STALENESS:g}, the picker's)")
+                        help=f"seconds after its last good scrape at which serve stops picking a backend (default "
+                             f"{STALENESS:g}); serve's own safety rule: the real picker keeps scoring a pod on its "
+                             "last metrics until Kubernetes removes it from the pool")
     parser.set_defaults(func=run)
     return parser
 
 
 def run(args: argparse.Namespace) -> int:
-    weights, source = args.weights, "--weights"
+    weights, source, document = args.weights, "--weights", None
     try:
         backends = unique_named_urls("--backend", args.backend)
         found = load_stack_model(args.stack, args.model, args.stacks_dir)
         if found is not None:
-            weights = found.weights("Pass --weights to choose the weights here instead.")
+            # The EndpointPickerConfig the stack runs for the model: the picker is built from it.
+            document = found.picker_config("Pass --weights or --picker-config FILE to choose the picker here instead.")
             source = f"--stack {found.stack} --model {found.model.name}"
     except OptionError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
+    config = None
     try:
-        picker, label = make_picker(weights, round_robin=args.round_robin, seed=args.seed)
-    except PickerConfigError as error:
+        if args.picker_config:
+            source = f"--picker-config {args.picker_config}"
+            document = _read_text(args.picker_config)
+        if document is not None:
+            config = load_endpoint_picker_config(document)
+            for warning in config.warnings:
+                print(f"serve: {source}: warning: {warning}", file=sys.stderr)
+        picker, label = make_picker(weights, round_robin=args.round_robin, seed=args.seed, config=config,
+                                    picker_version=args.picker_version)
+    except (PickerConfigError, OptionError) as error:
         print(f"error: {source}: {error}", file=sys.stderr)
         return 2
     gateway = RoutingGateway(backends, picker, scrape_interval=args.scrape_interval, staleness=args.staleness,
@@ -446,3 +495,11 @@ def run(args: argparse.Namespace) -> int:
     print(f"serve: listening on http://127.0.0.1:{args.port} (Ctrl-C to stop). {NOT_PRODUCTION}", flush=True)
     web.run_app(gateway.make_app(), host="127.0.0.1", port=args.port, print=None, access_log=None)
     return 0
+
+
+def _read_text(path: str) -> str:
+    try:
+        with open(path, encoding="utf-8") as file:
+            return file.read()
+    except (OSError, UnicodeDecodeError) as error:
+        raise OptionError(f"cannot read it ({error}); pass the path of an EndpointPickerConfig YAML file") from None

@@ -20,7 +20,7 @@ from .engine import Engine, EngineRequest
 from .latency import EngineLimits, LatencyModel
 from .metrics import DeltaReport, PodDelta
 from .picker import DEFAULT_LRU_CAPACITY_PER_SERVER, Decision, Picker, PodMetrics, Request
-from .prefix import Tokenizer, server_block_keys
+from .prefix import Tokenizer, server_block_keys, server_tokens
 
 # vLLM's default KV block size on GPUs (on CPU it is 128).
 DEFAULT_BLOCK_SIZE = 16
@@ -145,9 +145,11 @@ def simulate_side_by_side(workload: Iterable[Request],
     lens: list[int] = []
     explained = None
     for index, request in enumerate(workload):
-        tokens = tokenizer.encode(request.prompt)
-        lens.append(len(tokens))
-        keys_by_block_size: dict[int, list[int]] = {}
+        # What the server computes: one sequence per prompt (several for a batch completion),
+        # a chat through the model's chat template when the tokenizer has one.
+        sequences = server_tokens(tokenizer, request)
+        lens.append(sum(map(len, sequences)))
+        keys_by_block_size: dict[int, list[list[int]]] = {}
         for fleet, ((servers, picker), named, placed) in enumerate(zip(fleets, by_name, placements)):
             seen = [server.metrics() for server in servers]
             decision = picker.pick(request, seen)
@@ -156,8 +158,10 @@ def simulate_side_by_side(workload: Iterable[Request],
             server = named[decision.pod]
             keys = keys_by_block_size.get(server.block_size)
             if keys is None:
-                keys = keys_by_block_size[server.block_size] = server_block_keys(tokens, server.block_size)
-            hits[fleet].append(server.serve(len(tokens), keys))
+                keys = keys_by_block_size[server.block_size] = [server_block_keys(tokens, server.block_size)
+                                                                for tokens in sequences]
+            hits[fleet].append(sum(server.serve(len(tokens), sequence_keys)
+                                   for tokens, sequence_keys in zip(sequences, keys)))
             placed.append(server.name)
     return [SimulationResult(tuple(server.counters() for server in servers), tuple(placed),
                              tuple(lens), tuple(fleet_hits), explained if fleet == 0 else None)
@@ -185,11 +189,20 @@ class Prepared:
 def prepare(requests: Sequence[Request], output_lens: Sequence[int], tokenizer: Tokenizer,
             block_size: int) -> Prepared:
     lens, keys = [], []
-    for request in requests:
-        tokens = tokenizer.encode(request.prompt)
-        lens.append(len(tokens))
-        keys.append(tuple(server_block_keys(tokens, block_size)))
+    for index, request in enumerate(requests):
+        sequences = server_tokens(tokenizer, request)
+        if len(sequences) != 1:
+            raise UnsupportedRequest(f"workload request {index} holds {len(sequences)} prompts in one completion: "
+                                     "under load each request is simulated as one sequence; predict it serially "
+                                     "(no --rate/--concurrency, no \"at\" times) or split it into one request per "
+                                     "prompt")
+        lens.append(len(sequences[0]))
+        keys.append(tuple(server_block_keys(sequences[0], block_size)))
     return Prepared(tuple(requests), tuple(lens), tuple(output_lens), tuple(keys), block_size)
+
+
+class UnsupportedRequest(ValueError):
+    """A request the simulation under load does not model, with what to do instead."""
 
 
 @dataclass(frozen=True)

@@ -31,6 +31,11 @@ VOCAB_SIZE = 2048
 MAX_MODEL_LEN = 4096
 SPECIAL_TOKENS = ("<unk>", "<|endoftext|>")
 END_OF_TEXT = "<|endoftext|>"
+# --size presets, (hidden size, layers). `tiny` keeps prefill nearly free (routing checks only
+# need tokens and blocks); the larger ones make prefill cost more than two servers contending
+# for two cores, for latency checks. Prefill per 1,000 tokens on this machine is in the README
+# (measured with `python -m routing.prefill_cost`).
+SIZES = {"tiny": (128, 2), "small": (512, 4), "medium": (768, 8)}
 # Lets /v1/chat/completions render messages; the model has no notion of roles anyway.
 CHAT_TEMPLATE = (
     "{% for message in messages %}{{ message['role'] }}: {{ message['content'] }}\n{% endfor %}"
@@ -130,6 +135,23 @@ def build_model(out_dir: Path, tokenizer, seed: int = SEED, hidden_size: int = 1
     return sum(p.numel() for p in model.parameters())
 
 
+def ship_server_tokenizer(out_dir: Path) -> str:
+    """Rewrite tokenizer.json as the tokenizer the server really runs; returns its class name.
+
+    transformers 5 (which vLLM loads the tokenizer with) sees a Qwen2 model and loads
+    Qwen2Tokenizer, which swaps in Qwen2's own pre-tokenizer (digits split one by one) for the
+    trained one: the file written by build_tokenizer is then not what the server counts with
+    (vllm-on-cpu.md: 0 of 10 prompts alike). Saving the loaded tokenizer's backend makes the
+    shipped tokenizer.json the server's, so `--tokenizer MODEL_DIR` counts what vLLM counts.
+    Needs config.json in place, which decides the tokenizer class.
+    """
+    from transformers import AutoTokenizer
+
+    loaded = AutoTokenizer.from_pretrained(out_dir)
+    loaded.backend_tokenizer.save(str(Path(out_dir) / "tokenizer.json"))
+    return type(loaded).__name__
+
+
 def build(out_dir: Path | str, seed: int = SEED, hidden_size: int = 128, layers: int = 2) -> dict:
     """Build tokenizer and model into out_dir; returns a summary (also written as tinymodel.json)."""
     out = Path(out_dir)
@@ -137,6 +159,7 @@ def build(out_dir: Path | str, seed: int = SEED, hidden_size: int = 128, layers:
     started = time.monotonic()
     tokenizer = build_tokenizer(out, seed)
     parameters = build_model(out, tokenizer, seed, hidden_size, layers)
+    server_tokenizer = ship_server_tokenizer(out)
     summary = {
         "dir": str(out),
         "seed": seed,
@@ -145,6 +168,7 @@ def build(out_dir: Path | str, seed: int = SEED, hidden_size: int = 128, layers:
         "hiddenSize": hidden_size,
         "layers": layers,
         "parameters": parameters,
+        "serverTokenizer": server_tokenizer,
         "seconds": round(time.monotonic() - started, 2),
     }
     (out / "tinymodel.json").write_text(json.dumps(summary, indent=2) + "\n")
@@ -152,9 +176,15 @@ def build(out_dir: Path | str, seed: int = SEED, hidden_size: int = 128, layers:
 
 
 def is_built(out_dir: Path | str) -> bool:
+    """Built, and with the server's tokenizer shipped (older builds lack it and are rebuilt)."""
     out = Path(out_dir)
     files = ("tinymodel.json", "config.json", "model.safetensors", "tokenizer.json")
-    return all((out / name).exists() for name in files)
+    if not all((out / name).exists() for name in files):
+        return False
+    try:
+        return "serverTokenizer" in json.loads((out / "tinymodel.json").read_text())
+    except (OSError, ValueError):
+        return False
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -165,10 +195,19 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("out_dir", help="directory to write the model into (created if missing)")
     parser.add_argument("--seed", type=int, default=SEED, help=f"seed for the corpus and weights (default {SEED})")
-    parser.add_argument("--hidden-size", type=int, default=128,
-                        help="model width; larger makes prefill cost visible in latency (default 128)")
-    parser.add_argument("--layers", type=int, default=2, help="transformer layers (default 2)")
+    parser.add_argument("--size", choices=tuple(SIZES), default="tiny",
+                        help="preset width and depth: " + ", ".join(f"{name} = {width} wide, {layers} layers"
+                                                                    for name, (width, layers) in SIZES.items())
+                             + " (default tiny; --hidden-size and --layers override)")
+    parser.add_argument("--hidden-size", type=int,
+                        help="model width; larger makes prefill cost visible in latency (default: the size's)")
+    parser.add_argument("--layers", type=int, help="transformer layers (default: the size's)")
     args = parser.parse_args(argv)
+    preset_width, preset_layers = SIZES[args.size]
+    args.hidden_size = preset_width if args.hidden_size is None else args.hidden_size
+    args.layers = preset_layers if args.layers is None else args.layers
+    if args.layers < 1:
+        parser.error(f"--layers {args.layers}: a model needs at least one layer; try 2")
     if args.hidden_size < 8 or args.hidden_size % 8:
         parser.error(f"--hidden-size {args.hidden_size}: must be a multiple of 8 (4 attention heads, each of an "
                      "even size for rotary embeddings); try 128 or 256.")

@@ -12,6 +12,8 @@ from .model import (
     ClusterSettings,
     GatewaySettings,
     GpuNodeSettings,
+    HyperPodSettings,
+    InstanceGroupSettings,
     JwtSettings,
     ModelSettings,
     NodeGroupSize,
@@ -22,8 +24,9 @@ from .parse import lru_conflict, parse_settings, parse_weight_overrides
 from .stackfile import load_stack, read_stack_config, stack_file
 
 __all__ = [
-    "NAMESPACE", "Problem", "SettingsError", "DEFAULT_WEIGHTS", "GATEWAY_OWNER_LABEL", "GATEWAY_SYSTEM_NAMESPACE", "VLLM_PORT", "WEIGHT_NAMES", "ClusterSettings",
-    "GatewaySettings", "GpuNodeSettings", "JwtSettings", "ModelSettings", "NodeGroupSize", "PickerConfigMap",
-    "Settings", "DEFAULT_VLLM_IMAGE", "lru_conflict", "parse_settings", "parse_weight_overrides", "load_stack", "read_stack_config",
-    "stack_file",
+    "NAMESPACE", "Problem", "SettingsError", "DEFAULT_WEIGHTS", "GATEWAY_OWNER_LABEL", "GATEWAY_SYSTEM_NAMESPACE",
+    "VLLM_PORT", "WEIGHT_NAMES", "ClusterSettings", "GatewaySettings", "GpuNodeSettings", "HyperPodSettings",
+    "InstanceGroupSettings", "JwtSettings", "ModelSettings", "NodeGroupSize", "PickerConfigMap", "Settings",
+    "DEFAULT_VLLM_IMAGE", "lru_conflict", "parse_settings", "parse_weight_overrides", "load_stack",
+    "read_stack_config", "stack_file",
 ]

@@ -27,6 +27,24 @@ VLLM_PORT = 8000
 DEFAULT_VLLM_IMAGE = "vllm/vllm-openai:v0.11.0"
 DEFAULT_NAMESPACE = "inference"
 
+# Where the GPUs come from. AWS documents the HyperPod Inference Gateway only on a SageMaker
+# HyperPod cluster with EKS orchestration; plain EKS runs managed GPU node groups.
+PLATFORMS = ("hyperpod", "eks")
+# Which endpoint picker fronts the models: the HyperPod add-on's InferenceGatewayConfig, or
+# the open-source llm-d router behind a Gateway API data plane.
+GATEWAY_IMPLEMENTATIONS = ("hyperpod", "llm-d")
+DEFAULT_IMPLEMENTATION = MappingProxyType({"hyperpod": "hyperpod", "eks": "llm-d"})
+# The EKS add-ons the HyperPod inference operator fails to install without, at the versions
+# AWS's own install pins (the newest figures the reference has; no minimum is published).
+DEPENDENCY_ADDON_MINIMUMS: Mapping[str, str] = MappingProxyType({
+    "aws-mountpoint-s3-csi-driver": "v1.14.1-eksbuild.1",
+    "aws-fsx-csi-driver": "v1.6.0-eksbuild.1",
+    "metrics-server": "v0.7.2-eksbuild.4",
+    "cert-manager": "v1.18.2-eksbuild.2",
+})
+# The controller runs this many pickers per scheduler when `replicas` is not set.
+DEFAULT_PICKER_REPLICAS = 2
+
 
 def is_bottlerocket(ami_type: str) -> bool:
     return ami_type.startswith("BOTTLEROCKET")
@@ -43,10 +61,14 @@ def frozen_mapping(values: Mapping[str, object] | None = None) -> Mapping:
 
 @dataclass(frozen=True)
 class PickerConfigMap:
-    """A full custom endpoint-picker configuration (the CRD's configMapRef)."""
+    """A full custom endpoint-picker configuration (the CRD's configMapRef): a ConfigMap already
+    in the cluster, or one the stack makes from a file in the project (`file`, whose validated
+    text is `text`), which the routing toolkit then reads as well."""
 
     name: str
     key: str = "default-plugins.yaml"
+    file: str | None = None
+    text: str | None = None
 
 
 @dataclass(frozen=True)
@@ -101,15 +123,26 @@ class JwtSettings:
 @dataclass(frozen=True)
 class GatewaySettings:
     name: str = "inference-gateway"
+    implementation: str = "hyperpod"
     bbr_enabled: bool = False
     bbr_replicas: int | None = None
-    # None: no TLS; "" : certificate issued by cert-manager (tls: {}); otherwise an ACM certificate ARN.
-    tls_acm_arn: str | None = None
+    # "": certificate issued by cert-manager and imported to ACM (tls: {}); otherwise an ACM
+    # certificate ARN. Never None on HyperPod: the controller rejects a gateway without TLS.
+    tls_acm_arn: str | None = ""
     jwt: JwtSettings | None = None
     metrics: bool | None = None
     pod_defaults: Mapping[str, object] | None = None
     install_addon: bool = False
-    addon_version: str = "v2.0.0-eksbuild.2"
+    # The add-on version AWS's inference-gateway workshop installs with the gateway enabled.
+    addon_version: str = "v2.1.0-eksbuild.1"
+    # The AWS Load Balancer Controller gives the gateway its internal load balancer (its address).
+    load_balancer_controller: bool = True
+    keda: bool = False
+    gated_model_access: bool = False
+    # The add-on's execution role, when the user brings their own instead of the stack's.
+    execution_role_arn: str | None = None
+    # Versions of the add-on's dependency add-ons, the pinned minimums unless raised.
+    dependency_addon_versions: Mapping[str, str] = field(default_factory=lambda: DEPENDENCY_ADDON_MINIMUMS)
 
 
 @dataclass(frozen=True)
@@ -159,6 +192,51 @@ class GpuNodeSettings:
 
 
 @dataclass(frozen=True)
+class KubernetesTaint:
+    key: str
+    value: str
+    effect: str
+
+
+@dataclass(frozen=True)
+class InstanceGroupSettings:
+    """One HyperPod instance group: `count` instances of one `ml.*` type."""
+
+    name: str
+    instance_type: str
+    count: int
+    gpus_per_instance: int
+    threads_per_core: int = 1
+    # A secondary EBS volume, mounted at /opt/sagemaker on each instance.
+    extra_storage_gib: int | None = None
+    deep_health_checks: tuple[str, ...] = ()
+    labels: Mapping[str, str] = field(default_factory=frozen_mapping)
+    taints: tuple[KubernetesTaint, ...] = ()
+
+    @property
+    def gpus(self) -> int:
+        return self.count * self.gpus_per_instance
+
+
+@dataclass(frozen=True)
+class HyperPodSettings:
+    """The SageMaker HyperPod cluster the EKS cluster orchestrates: created by the stack, or attached."""
+
+    name: str
+    existing: bool = False
+    # Known up front only for an existing cluster (a new one's ARN comes from SageMaker).
+    arn: str | None = None
+    instance_groups: tuple[InstanceGroupSettings, ...] = ()
+    node_recovery: str = "Automatic"
+    # A local clone of aws/sagemaker-hyperpod-cli: its Helm chart must be installed before the cluster.
+    dependencies_chart: str = "vendor/sagemaker-hyperpod-cli"
+
+    @property
+    def gpus(self) -> int:
+        return sum(group.gpus for group in self.instance_groups)
+
+
+@dataclass(frozen=True)
 class Settings:
     stack: str
     namespace: str
@@ -166,6 +244,8 @@ class Settings:
     gateway: GatewaySettings
     cluster: ClusterSettings
     gpu_nodes: GpuNodeSettings | None
+    platform: str = "hyperpod"
+    hyperpod: HyperPodSettings | None = None
     hf_token: bool = False
     warnings: tuple[str, ...] = ()
 

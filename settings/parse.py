@@ -9,12 +9,18 @@ from __future__ import annotations
 import ipaddress
 import re
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
+
+from routing.plugins import PickerConfigError, load_endpoint_picker_config
 
 from .errors import HIDDEN, NOT_SET, SettingsError
 from .model import (
+    DEFAULT_IMPLEMENTATION,
     DEFAULT_NAMESPACE,
+    DEPENDENCY_ADDON_MINIMUMS,
     DEFAULT_VLLM_IMAGE,
+    GATEWAY_IMPLEMENTATIONS,
     WEIGHT_NAMES,
     ClusterSettings,
     GatewaySettings,
@@ -29,7 +35,17 @@ from .model import (
     frozen_mapping,
     is_bottlerocket,
 )
+from .hyperpod import (
+    HyperPodParser,
+    capacity_problems,
+    hyperpod_warnings,
+    parse_platform,
+    picker_replica_warnings,
+)
 from .reader import MISSING, Coerce, ConfigNode, Problems, decode_json, did_you_mean
+
+# Where Pulumi.yaml is: relative paths in the config are read from here, as `pulumi up` runs here.
+PROJECT_DIR = Path(__file__).resolve().parent.parent
 
 # The oldest vLLM whose metrics the picker reads: 0.9.2 renamed the KV-cache gauge to
 # vllm:kv_cache_usage_perc, and the picker silently ignores the old name.
@@ -47,11 +63,20 @@ WEIGHT_HINT = " Weights are non-negative integers; 0 turns a scorer off."
 # The CRD stores weights as integers; beyond int32 the API server would reject or truncate them.
 MAX_WEIGHT = 2**31 - 1
 
-TOP_LEVEL_KEYS = ("namespace", "models", "weights", "gateway", "cluster", "gpuNodes", "hfToken")
+TOP_LEVEL_KEYS = ("platform", "namespace", "models", "weights", "gateway", "cluster", "hyperpod", "gpuNodes", "hfToken")
 MODEL_KEYS = ("name", "model", "deployment", "replicas", "image", "gpus", "cpu", "memory", "port", "maxModelLen",
               "gpuMemoryUtilization", "extraArgs", "scheduler", "weights", "pickerConfigMap",
               "loraAdapters", "pickerReplicas", "routeTimeout", "logLevel")
-GATEWAY_KEYS = ("name", "bbr", "bbrReplicas", "tls", "jwt", "metrics", "podDefaults", "installAddon", "addonVersion")
+GATEWAY_KEYS = ("name", "implementation", "bbr", "bbrReplicas", "tls", "jwt", "metrics", "podDefaults", "installAddon",
+                "addonVersion", "loadBalancerController", "keda", "gatedModelAccess", "executionRoleArn",
+                "dependencyAddonVersions")
+# Keys of the HyperPod inference add-on, which only mean something when the stack installs it.
+ADDON_KEYS = ("addonVersion", "keda", "gatedModelAccess", "executionRoleArn", "dependencyAddonVersions")
+# Fields of the InferenceGatewayConfig and its add-on, with no counterpart in the open-source stack.
+HYPERPOD_GATEWAY_KEYS = ("tls", "jwt", "metrics", "podDefaults", "installAddon", *ADDON_KEYS)
+# The add-on accepts only an execution role whose name starts with this (its chart's rule under isAddOn).
+ADDON_EXECUTION_ROLE_PREFIX = "SageMakerHyperPodInference"
+IAM_ROLE_ARN = re.compile(r"^arn:aws[a-z-]*:iam::[0-9]{12}:role/(?:[\w+=,.@-]+/)*(?P<name>[\w+=,.@-]{1,64})$")
 JWT_KEYS = ("name", "issuer", "jwksUri", "audiences", "requiredClaims")
 CLAIM_KEYS = ("name", "valueType", "values")
 POD_DEFAULT_KEYS = ("resources", "nodeSelector", "tolerations", "affinity", "labels", "annotations", "env", "envFrom")
@@ -92,13 +117,15 @@ GPUS_PER_INSTANCE = {
 }
 
 
-def parse_settings(raw: Mapping[str, Any], *, stack: str, secret_keys: frozenset[str] = frozenset()) -> Settings:
+def parse_settings(raw: Mapping[str, Any], *, stack: str, secret_keys: frozenset[str] = frozenset(),
+                   project_dir: Path = PROJECT_DIR) -> Settings:
     """Validate the stack's config (keys without the `inference-gateway:` prefix) into Settings.
 
+    Files the config names (a picker configuration) are read relative to `project_dir`.
     Raises SettingsError listing every problem; no partial result is ever returned.
     """
     problems = Problems(secret_keys=secret_keys)
-    parser = _Parser(problems)
+    parser = _Parser(problems, project_dir)
     top = ConfigNode("", _structured_top(raw), _flat_top(raw), problems)
     settings = parser.settings(top, stack=stack, secret_keys=secret_keys)
     if problems.items:
@@ -145,9 +172,10 @@ def _flat_top(raw: Mapping[str, Any]) -> dict[str, str]:
 
 
 class _Parser:
-    def __init__(self, problems: Problems):
+    def __init__(self, problems: Problems, project_dir: Path):
         self.problems = problems
         self.coerce = Coerce(problems)
+        self.project_dir = project_dir
 
     # -- top level -------------------------------------------------------------------------
 
@@ -157,17 +185,41 @@ class _Parser:
             self.problems.add(name, top.structured.get(name, NOT_SET),
                               f"is not a key of this project.{did_you_mean(name, TOP_LEVEL_KEYS)} "
                               f"Valid keys: {', '.join(TOP_LEVEL_KEYS)}. Remove it with `pulumi config rm {name}`.")
+        platform = parse_platform(top, self.coerce)
         namespace = top.leaf("namespace", self.coerce.string(_dns_label_message), DEFAULT_NAMESPACE)
         weights = self.weights(top.child("weights"))
-        cluster = self.cluster(top.child("cluster"), stack)
-        gpu_nodes = self.gpu_nodes(top.child("gpuNodes"), cluster)
+        cluster = self.cluster(top.child("cluster"), stack, platform)
+        hyperpod, gpu_nodes = None, None
+        if platform == "hyperpod":
+            self._only_on("eks", platform, top, "gpuNodes", "GPUs come from hyperpod.instanceGroups")
+            hyperpod = HyperPodParser(self.problems, self.coerce).settings(top.child("hyperpod"), cluster)
+        else:
+            self._only_on("hyperpod", platform, top, "hyperpod", "GPUs come from gpuNodes")
+            gpu_nodes = self.gpu_nodes(top.child("gpuNodes"), cluster)
         top.reject_below("models", "a list, set entry by entry with `pulumi config set --path 'models[0].<field>' <value>`")
-        models = self.models(top.raw("models"), weights)
-        gateway = self.gateway(top.child("gateway"), models)
+        gateway_node = top.child("gateway")
+        implementation = self.implementation(gateway_node, platform)
+        models = self.models(top.raw("models"), weights, implementation)
+        if hyperpod is not None:
+            capacity_problems(hyperpod, models, self.problems)
+        gateway = self.gateway(gateway_node, models, implementation, cluster)
         hf_token = self.hf_token(top, secret_keys)
-        warnings = self.warnings(gateway, models, gpu_nodes)
+        warnings = list(self.warnings(gateway, models, gpu_nodes))
+        if hyperpod is not None:
+            warnings += hyperpod_warnings(hyperpod, models)
+        if gateway.implementation == "hyperpod":
+            warnings += picker_replica_warnings(models)
         return Settings(stack=stack, namespace=namespace, models=models, gateway=gateway, cluster=cluster,
-                        gpu_nodes=gpu_nodes, hf_token=hf_token, warnings=warnings)
+                        gpu_nodes=gpu_nodes, platform=platform, hyperpod=hyperpod, hf_token=hf_token,
+                        warnings=tuple(warnings))
+
+    def _only_on(self, wanted: str, platform: str, node: ConfigNode, name: str, why: str) -> None:
+        if name in node.names():
+            key = node.child_key(name)
+            flat = {k: v for k, v in node.flat.items() if k == name or k.startswith(name + ".")}
+            self.problems.add(key, node.structured.get(name, flat),
+                              f"applies only to platform {wanted}; on platform {platform} {why}. Remove it "
+                              f"(`pulumi config rm --path {key}`) or set `pulumi config set platform {wanted}`.")
 
     def hf_token(self, top: ConfigNode, secret_keys: frozenset[str]) -> bool:
         top.reject_below("hfToken")
@@ -196,7 +248,7 @@ class _Parser:
 
     # -- models ----------------------------------------------------------------------------
 
-    def models(self, raw: Any, gateway_weights: dict[str, int]) -> tuple[ModelSettings, ...]:
+    def models(self, raw: Any, gateway_weights: dict[str, int], implementation: str) -> tuple[ModelSettings, ...]:
         if isinstance(raw, str):
             decoded = decode_json(raw)
             raw = decoded if decoded is not MISSING else raw
@@ -215,7 +267,7 @@ class _Parser:
                                                                  "(one per model); split the models over several stacks.")
         models = []
         for index, entry in enumerate(raw):
-            model = self.model(f"models[{index}]", entry, gateway_weights)
+            model = self.model(f"models[{index}]", entry, gateway_weights, implementation)
             if model is not None:
                 models.append(model)
         self._unique(models, "name", "name", "each model's scheduler needs its own name.")
@@ -234,7 +286,7 @@ class _Parser:
             else:
                 first_index[value] = index
 
-    def model(self, key: str, entry: Any, gateway_weights: dict[str, int]) -> ModelSettings | None:
+    def model(self, key: str, entry: Any, gateway_weights: dict[str, int], implementation: str) -> ModelSettings | None:
         if not isinstance(entry, dict):
             self.problems.add(key, entry, "must be an object with at least `name` and `model`.")
             return None
@@ -284,6 +336,8 @@ class _Parser:
             self.problems.add(f"{key}.scheduler", scheduler,
                               f"cannot use the lru weight set by {where}: the no-hit LRU scorer exists only in "
                               "the llm-d picker (CRD rule). Use scheduler 'llm-d' or remove the lru weight.")
+        if implementation == "llm-d":
+            self.open_source_picker_rules(key, entry, scheduler, own_weights, weights, config_map, picker_replicas)
         if len(self.problems.items) > before:
             return None
         return ModelSettings(
@@ -293,23 +347,76 @@ class _Parser:
             scheduler=scheduler, weights=frozen_mapping(weights), picker_config_map=config_map,
             lora_adapters=loras, picker_replicas=picker_replicas, route_timeout=route_timeout, log_level=log_level)
 
+    def open_source_picker_rules(self, key: str, entry: dict, scheduler: Any, own_weights: dict[str, int],
+                                 weights: dict[str, int], config_map: PickerConfigMap | None,
+                                 picker_replicas: Any) -> None:
+        """What gateway.implementation llm-d cannot run: it deploys the llm-d router and nothing else."""
+        if "scheduler" in entry and scheduler != "llm-d":
+            self.problems.add(f"{key}.scheduler", scheduler,
+                              "chooses between HyperPod's two pickers; gateway.implementation llm-d always runs the "
+                              "llm-d router. Remove the key.")
+        if weights.get("predictedLatency", 0) > 0:
+            where = f"{key}.weights.predictedLatency" if "predictedLatency" in own_weights else "weights.predictedLatency"
+            self.problems.add(where, weights["predictedLatency"],
+                              "has no open-source equivalent here: the llm-d router's latency scorer needs the "
+                              "latency-predictor sidecars, which replace the whole scoring profile. Set it to 0 or "
+                              "remove it on gateway.implementation llm-d.")
+        if isinstance(picker_replicas, int) and picker_replicas > 1:
+            self.problems.add(f"{key}.pickerReplicas", picker_replicas,
+                              "must be 1 on gateway.implementation llm-d: above one the router's pickers elect a "
+                              "leader, only the leader serves, and the standbys never report Ready, so the rollout "
+                              "(and `pulumi up`) would never finish. Remove the key.")
+        if config_map is not None and config_map.file is None:
+            self.problems.add(f"{key}.pickerConfigMap.file", NOT_SET,
+                              "is required on gateway.implementation llm-d: the llm-d router's chart mounts only the "
+                              "ConfigMap it writes itself, so the stack needs the configuration's text. Set it to the "
+                              "path of your EndpointPickerConfig YAML file.")
+
     def picker_config_map(self, model: ConfigNode) -> PickerConfigMap | None:
         node = model.child("pickerConfigMap")
-        node.reject_unknown(("name", "key"))
+        node.reject_unknown(("name", "key", "file"))
         name = node.leaf("name", self.coerce.string(_subdomain_message), MISSING)
         if name is MISSING:
             if "name" not in node.structured:
                 self.problems.add(node.child_key("name"), NOT_SET, "is required: the ConfigMap holding the picker configuration.")
             return None
         key = node.leaf("key", self.coerce.string(_config_map_key_message), default_of(PickerConfigMap, "key"))
-        return None if key is MISSING else PickerConfigMap(name=name, key=key)
+        file = node.leaf("file", self.coerce.string(), None)
+        text = self.picker_config_file(node.child_key("file"), file) if isinstance(file, str) else None
+        if MISSING in (key, text):
+            return None
+        return PickerConfigMap(name=name, key=key, file=file, text=text)
+
+    def picker_config_file(self, key: str, file: str) -> Any:
+        """The file's text, once it loads as an EndpointPickerConfig exactly as the picker would load it."""
+        path = Path(file).expanduser()
+        path = path if path.is_absolute() else self.project_dir / path
+        try:
+            text = path.read_text()
+        except OSError as error:
+            self.problems.add(key, file, f"cannot be read ({error.strerror}): give the path of an EndpointPickerConfig "
+                                         "YAML file, absolute or relative to the project directory.")
+            return MISSING
+        try:
+            load_endpoint_picker_config(text)
+        except PickerConfigError as error:
+            self.problems.add(key, file, f"is not a valid EndpointPickerConfig for the llm-d router v0.10: {error}")
+            return MISSING
+        return text
 
     # -- gateway ---------------------------------------------------------------------------
 
-    def gateway(self, node: ConfigNode, models: tuple[ModelSettings, ...]) -> GatewaySettings:
+    def gateway(self, node: ConfigNode, models: tuple[ModelSettings, ...], implementation: str,
+                cluster: ClusterSettings) -> GatewaySettings:
         node.reject_unknown(GATEWAY_KEYS)
         c = self.coerce
         name = node.leaf("name", c.string(_dns_label_message), default_of(GatewaySettings, "name"))
+        if implementation == "llm-d":
+            for hyperpod_only in sorted(node.names() & set(HYPERPOD_GATEWAY_KEYS)):
+                self.problems.add(f"gateway.{hyperpod_only}", node.structured.get(hyperpod_only, node.flat.get(hyperpod_only)),
+                                  "configures the HyperPod Inference Gateway (its InferenceGatewayConfig or add-on); "
+                                  "gateway.implementation llm-d has no such setting: its Gateway listens on HTTP behind "
+                                  "an internal load balancer. Remove it, or use platform hyperpod.")
         bbr_raw = node.leaf("bbr", self._bbr, "auto")
         if bbr_raw == "auto":
             bbr = len(models) > 1
@@ -320,17 +427,78 @@ class _Parser:
                                                         f"({len(models)} here): body-based routing picks each request's "
                                                         "model pool (CRD rule). Set `pulumi config set gateway.bbr auto`.")
         bbr_replicas = node.leaf("bbrReplicas", c.integer(minimum=1), None)
-        tls = node.leaf("tls", c.string(_tls_message), "off")
-        tls_arn = None if tls in ("off", MISSING) else ("" if tls == "auto" else tls)
+        tls = node.leaf("tls", c.string(_tls_message), "auto")
+        if tls == "off" and implementation == "hyperpod":
+            self.problems.add("gateway.tls", tls, "cannot be off: every HyperPod gateway terminates TLS, and the "
+                                                  "controller rejects a gateway without spec.tls. Use auto (cert-manager "
+                                                  "issues a certificate, imported to ACM) or an ACM certificate ARN.")
+        tls_arn = "" if tls in ("auto", "off", MISSING) else tls
         jwt = self.jwt(node.child("jwt")) if "jwt" in node.names() else None
         metrics = node.leaf("metrics", c.boolean, None)
         pod_defaults = self.pod_defaults(node) if "podDefaults" in node.names() else None
-        install_addon = node.leaf("installAddon", c.boolean, default_of(GatewaySettings, "install_addon"))
+        install_addon = self.install_addon(node, cluster) if implementation == "hyperpod" else False
+        for addon_key in sorted(node.names() & set(ADDON_KEYS)) if not install_addon and implementation == "hyperpod" else ():
+            self.problems.add(f"gateway.{addon_key}", node.structured.get(addon_key, node.flat.get(addon_key)),
+                              "configures the HyperPod inference add-on, which this stack does not install here "
+                              "(gateway.installAddon is false). Remove it, or set gateway.installAddon true.")
         addon_version = node.leaf("addonVersion", c.string(_addon_version_message),
                                   default_of(GatewaySettings, "addon_version"))
-        return GatewaySettings(name=name, bbr_enabled=bbr is True, bbr_replicas=bbr_replicas, tls_acm_arn=tls_arn,
-                               jwt=jwt, metrics=metrics, pod_defaults=pod_defaults, install_addon=install_addon is True,
-                               addon_version=addon_version)
+        load_balancer = node.leaf("loadBalancerController", c.boolean,
+                                  default_of(GatewaySettings, "load_balancer_controller"))
+        keda = node.leaf("keda", c.boolean, default_of(GatewaySettings, "keda"))
+        gated = node.leaf("gatedModelAccess", c.boolean, default_of(GatewaySettings, "gated_model_access"))
+        execution_role = node.leaf("executionRoleArn", c.string(_execution_role_message), None)
+        dependency_versions = self.dependency_addon_versions(node.child("dependencyAddonVersions"))
+        return GatewaySettings(name=name, implementation=implementation, bbr_enabled=bbr is True,
+                               bbr_replicas=bbr_replicas, tls_acm_arn=tls_arn if implementation == "hyperpod" else None, jwt=jwt, metrics=metrics,
+                               pod_defaults=pod_defaults, install_addon=install_addon, addon_version=addon_version,
+                               load_balancer_controller=load_balancer is not False, keda=keda is True,
+                               gated_model_access=gated is True,
+                               execution_role_arn=execution_role if isinstance(execution_role, str) else None,
+                               dependency_addon_versions=dependency_versions)
+
+    def dependency_addon_versions(self, node: ConfigNode) -> Mapping[str, str]:
+        """The pinned versions, raised where the user asks (EKS offers each version only for some
+        Kubernetes versions: `aws eks describe-addon-versions --addon-name <name>` lists them)."""
+        node.reject_unknown(DEPENDENCY_ADDON_MINIMUMS)
+        versions = dict(DEPENDENCY_ADDON_MINIMUMS)
+        for name, minimum in DEPENDENCY_ADDON_MINIMUMS.items():
+            version = node.leaf(name, self.coerce.string(_addon_version_message), MISSING)
+            if version is MISSING:
+                continue
+            if _addon_version_key(version) < _addon_version_key(minimum):
+                self.problems.add(node.child_key(name), version,
+                                  f"is older than {minimum}, the version AWS's own install uses with the inference "
+                                  "add-on. Use that or newer.")
+                continue
+            versions[name] = version
+        return frozen_mapping(versions)
+
+    def implementation(self, node: ConfigNode, platform: str) -> str:
+        implementation = node.leaf("implementation", self.coerce.choice(GATEWAY_IMPLEMENTATIONS),
+                                   DEFAULT_IMPLEMENTATION[platform])
+        if implementation == "hyperpod" and platform != "hyperpod":
+            self.problems.add("gateway.implementation", implementation,
+                              f"cannot run on platform {platform}: AWS documents the HyperPod Inference Gateway (its "
+                              "add-on and InferenceGatewayConfig) only on a SageMaker HyperPod cluster with EKS "
+                              "orchestration. Set `pulumi config set platform hyperpod`, or use the open-source picker "
+                              "with `pulumi config set gateway.implementation llm-d`.")
+        if implementation == "llm-d" and platform == "hyperpod":
+            self.problems.add("gateway.implementation", implementation,
+                              "runs on platform eks (managed GPU node groups); on platform hyperpod the stack runs "
+                              "AWS's HyperPod Inference Gateway. Set `pulumi config set platform eks`, or "
+                              "`pulumi config set gateway.implementation hyperpod`.")
+        return implementation if isinstance(implementation, str) else DEFAULT_IMPLEMENTATION[platform]
+
+    def install_addon(self, node: ConfigNode, cluster: ClusterSettings) -> bool:
+        install = node.leaf("installAddon", self.coerce.boolean, MISSING)
+        if cluster.existing:
+            return install is True
+        if install is False:
+            self.problems.add("gateway.installAddon", False,
+                              "the stack creates this cluster, so it installs the inference add-on the gateway needs; "
+                              "only on an existing cluster (cluster.existing) is that your choice. Remove the key.")
+        return True
 
     def _bbr(self, key: str, value: Any) -> Any:
         if value == "auto":
@@ -402,8 +570,11 @@ class _Parser:
 
     # -- cluster and nodes -----------------------------------------------------------------
 
-    def cluster(self, node: ConfigNode, stack: str) -> ClusterSettings:
+    def cluster(self, node: ConfigNode, stack: str, platform: str) -> ClusterSettings:
         node.reject_unknown(CLUSTER_KEYS)
+        if platform == "hyperpod":
+            self._only_on("eks", platform, node, "systemNodes", "system pods run on a HyperPod instance group "
+                                                                "without GPUs (hyperpod.instanceGroups)")
         c = self.coerce
         existing = node.leaf("existing", c.boolean, default_of(ClusterSettings, "existing"))
         name = node.leaf("name", c.string(_cluster_name_message), MISSING)
@@ -493,13 +664,18 @@ class _Parser:
     def warnings(self, gateway: GatewaySettings, models: tuple[ModelSettings, ...],
                  gpu_nodes: GpuNodeSettings | None) -> tuple[str, ...]:
         warnings = []
-        if gateway.jwt is None:
+        if gateway.implementation == "llm-d":
+            warnings.append("the llm-d gateway authenticates nobody: anyone who can reach its internal load balancer "
+                            "can use the models. This stack has no key for it; add request authentication to the "
+                            "Gateway yourself (an Istio RequestAuthentication) or use the HyperPod gateway's gateway.jwt.")
+        elif gateway.jwt is None:
             warnings.append("gateway.jwt is not set: the gateway authenticates nobody, and anyone who can reach it "
                             "can use the models. Set gateway.jwt.issuer, gateway.jwt.jwksUri and gateway.jwt.audiences.")
-        if gateway.tls_acm_arn == "":
+        if gateway.implementation == "hyperpod" and gateway.tls_acm_arn == "" and not gateway.install_addon:
             warnings.append("gateway.tls is auto: the controller has cert-manager issue the certificate and imports it "
-                            "to ACM, which needs cert-manager in the cluster and an IRSA role for the controller with ACM "
-                            "access; this stack installs neither. Without them the gateway never reports Ready.")
+                            "to ACM, which needs cert-manager in the cluster and the add-on's roles; with "
+                            "gateway.installAddon false this stack installs neither. Without them the gateway never "
+                            "reports Ready.")
         if gpu_nodes is not None and models:
             per_node = GPUS_PER_INSTANCE.get(gpu_nodes.instance_types[0])
             wanted = sum(m.replicas * m.gpus for m in models)
@@ -587,8 +763,24 @@ def _claim_value_message(value: str) -> str | None:
 def _tls_message(value: str) -> str | None:
     if value in ("off", "auto") or ACM_ARN.match(value):
         return None
-    return ("must be off, auto (a certificate issued by cert-manager and imported to ACM) or an ACM certificate "
+    return ("must be auto (a certificate issued by cert-manager and imported to ACM) or an ACM certificate "
             "ARN such as arn:aws:acm:us-west-2:123456789012:certificate/<id>.")
+
+
+def _addon_version_key(version: str) -> tuple[int, ...]:
+    """v1.18.2-eksbuild.2 -> (1, 18, 2, 2), to compare EKS add-on versions."""
+    return tuple(int(part) for part in re.findall(r"[0-9]+", version))
+
+
+def _execution_role_message(value: str) -> str | None:
+    match = IAM_ROLE_ARN.match(value)
+    if not match:
+        return "must be an IAM role ARN such as arn:aws:iam::123456789012:role/SageMakerHyperPodInference-gateway."
+    if not match["name"].startswith(ADDON_EXECUTION_ROLE_PREFIX):
+        return (f"names the role {match['name']!r}, but the inference add-on accepts only an execution role whose name "
+                f"starts with {ADDON_EXECUTION_ROLE_PREFIX}. Rename the role, or remove the key to let the stack "
+                "create one.")
+    return None
 
 
 def _eks_version_message(value: str) -> str | None:

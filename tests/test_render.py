@@ -38,10 +38,15 @@ spec:
         queue: 3
         kvCache: 2
 """)
+# The workshop's newest revision of the same step: every gateway has TLS (the controller
+# rejects one without), and one picker per scheduler so prefix affinity is visible.
+NEWEST_STEP_5_SPEC = {**SEED_STEP_5["spec"], "tls": {},
+                      "schedulers": [{**SEED_STEP_5["spec"]["schedulers"][0], "replicas": 1}]}
 SEED_STEP_5_CONFIG = {
     "namespace": "inference",
     "gateway.name": "inference-gateway-demo",
-    "models": json.dumps([{"name": "qwen-small", "model": "Qwen/Qwen2.5-0.5B-Instruct", "replicas": 2}]),
+    "models": json.dumps([{"name": "qwen-small", "model": "Qwen/Qwen2.5-0.5B-Instruct", "replicas": 2,
+                           "pickerReplicas": 1}]),
     "weights.prefix": "0", "weights.queue": "3", "weights.kvCache": "2",
 }
 
@@ -50,9 +55,9 @@ def seed_settings():
     return parse_settings(SEED_STEP_5_CONFIG, stack="seed")
 
 
-def test_gateway_spec_is_exactly_the_seeds_step_5():
+def test_gateway_spec_is_exactly_the_newest_workshops_step_5():
     manifest = gateway_render.gateway_manifest(seed_settings())
-    assert manifest["spec"] == SEED_STEP_5["spec"]
+    assert manifest["spec"] == NEWEST_STEP_5_SPEC
     assert {k: manifest["metadata"][k] for k in ("name", "namespace")} == SEED_STEP_5["metadata"]
 
 
@@ -101,6 +106,10 @@ def test_closed_schema_rejects_what_admission_would():
     unknown["spec"]["schedulers"][0]["weight"] = {"prefix": 1}
     with pytest.raises(jsonschema.ValidationError):
         jsonschema.validate(unknown, GATEWAY_SCHEMA)
+    without_tls = json.loads(json.dumps(manifest))
+    del without_tls["spec"]["tls"]
+    with pytest.raises(jsonschema.ValidationError, match="'tls' is a required property"):
+        jsonschema.validate(without_tls, GATEWAY_SCHEMA)
     several_without_bbr = json.loads(json.dumps(manifest))
     several_without_bbr["spec"]["schedulers"].append({**manifest["spec"]["schedulers"][0], "name": "b", "modelName": "b"})
     with pytest.raises(jsonschema.ValidationError):
@@ -148,15 +157,16 @@ def test_tensor_parallel_and_limits_follow_gpus():
 
 
 def test_time_slicing_configures_the_device_plugin():
-    settings = parse_settings({"models": SEED_STEP_5_CONFIG["models"], "gpuNodes.timeSlicing": "4"}, stack="t")
+    settings = parse_settings({"models": SEED_STEP_5_CONFIG["models"], "platform": "eks", "gpuNodes.timeSlicing": "4"},
+                              stack="t")
     values = gpu_render.device_plugin_values(settings.gpu_nodes)
     config = yaml.safe_load(values["config"]["map"][values["config"]["default"]])
     assert config["sharing"]["timeSlicing"]["resources"] == [{"name": "nvidia.com/gpu", "replicas": 4}]
-    assert "config" not in gpu_render.device_plugin_values(load_stack("dev").gpu_nodes)
+    assert "config" not in gpu_render.device_plugin_values(load_stack("eks").gpu_nodes)
 
 
 def test_gpu_nodes_require_imdsv2_with_hop_limit_one():
-    template = gpu_render.launch_template(load_stack("dev").gpu_nodes)
+    template = gpu_render.launch_template(load_stack("eks").gpu_nodes)
     assert template["metadata_options"]["http_tokens"] == "required"
     assert template["metadata_options"]["http_put_response_hop_limit"] == 1
 
@@ -173,7 +183,7 @@ def all_kubernetes_objects(settings):
     return objects
 
 
-@pytest.mark.parametrize("stack", ["dev", "existing"])
+@pytest.mark.parametrize("stack", ["dev", "existing", "eks"])
 def test_kubernetes_objects_validate_against_the_cluster_versions_api_schema(stack):
     settings = load_stack(stack)
     version = "1.34.0" if settings.cluster.existing else f"{settings.cluster.version}.0"

@@ -10,6 +10,7 @@ from hypothesis import given, settings as hypothesis_settings, strategies as st
 from settings import DEFAULT_WEIGHTS, WEIGHT_NAMES, SettingsError, load_stack, parse_settings, parse_weight_overrides
 
 SMALL = {"name": "qwen-small", "model": "Qwen/Qwen2.5-0.5B-Instruct", "replicas": 2}
+HYPERPOD_ARN = "arn:aws:sagemaker:us-west-2:123456789012:cluster/abcd1234efgh"
 LARGE = {"name": "qwen", "model": "Qwen/Qwen2.5-1.5B-Instruct"}
 
 
@@ -182,9 +183,15 @@ def test_every_problem_is_reported_at_once():
 
 
 @pytest.mark.parametrize(("tls", "rendered"), [
-    ("off", None), ("auto", ""), ("arn:aws:acm:us-west-2:123456789012:certificate/abc-123", "arn:aws:acm:us-west-2:123456789012:certificate/abc-123")])
+    (None, ""), ("auto", ""), ("arn:aws:acm:us-west-2:123456789012:certificate/abc-123", "arn:aws:acm:us-west-2:123456789012:certificate/abc-123")])
 def test_tls_modes(tls, rendered):
-    assert parse(**{"gateway.tls": tls}).gateway.tls_acm_arn == rendered
+    config = {} if tls is None else {"gateway.tls": tls}
+    assert parse(**config).gateway.tls_acm_arn == rendered
+
+
+def test_tls_off_is_refused_with_the_reason():
+    message = problems(**{"gateway.tls": "off"})
+    assert "inference-gateway:gateway.tls = 'off': cannot be off" in message and "spec.tls" in message
 
 
 def test_bad_tls_is_rejected():
@@ -209,18 +216,19 @@ def test_jwt_silences_the_open_gateway_warning():
 
 def test_gpu_node_sizes_must_be_ordered():
     assert "must lie between gpuNodes.min (3) and gpuNodes.max (2)" in problems(
-        gpuNodes=json.dumps({"desired": 1, "min": 3, "max": 2}))
+        gpuNodes=json.dumps({"desired": 1, "min": 3, "max": 2}), platform="eks")
 
 
 def test_time_slicing_on_bottlerocket_is_rejected():
     assert "Bottlerocket ships its own plugin" in problems(
-        gpuNodes=json.dumps({"amiType": "BOTTLEROCKET_x86_64_NVIDIA", "timeSlicing": 4}))
+        gpuNodes=json.dumps({"amiType": "BOTTLEROCKET_x86_64_NVIDIA", "timeSlicing": 4}), platform="eks")
 
 
 def test_existing_cluster_needs_a_name_and_refuses_new_cluster_keys():
-    message = problems(cluster=json.dumps({"existing": True, "version": "1.34"}))
+    message = problems(cluster=json.dumps({"existing": True, "version": "1.34"}), platform="eks")
     assert "cluster.name" in message and "cluster.version" in message and "applies only to a cluster this stack creates" in message
-    assert "gpuNodes" in problems(cluster=json.dumps({"existing": True, "name": "c"}), **{"gpuNodes.desired": "2"})
+    assert "gpuNodes" in problems(cluster=json.dumps({"existing": True, "name": "c"}), platform="eks",
+                                  **{"gpuNodes.desired": "2"})
 
 
 def test_plain_text_hf_token_is_rejected_without_echoing_it():
@@ -233,7 +241,7 @@ def test_plain_text_hf_token_is_rejected_without_echoing_it():
 
 
 def test_gpu_capacity_shortfall_is_a_warning():
-    settings = parse([{**SMALL, "replicas": 5}], **{"gpuNodes.max": "2"})
+    settings = parse([{**SMALL, "replicas": 5}], platform="eks", **{"gpuNodes.max": "2"})
     assert any("ask for 5 GPUs" in w for w in settings.warnings)
 
 
@@ -247,7 +255,13 @@ def test_dev_stack_is_the_seed_topology():
     settings = load_stack("dev")
     assert [(m.name, m.model, m.replicas) for m in settings.models] == [
         ("qwen", "Qwen/Qwen2.5-1.5B-Instruct", 1), ("qwen-small", "Qwen/Qwen2.5-0.5B-Instruct", 2)]
-    assert settings.gpu_nodes.size.desired >= 3
+    assert settings.platform == "hyperpod" and settings.gpu_nodes is None
+    # Three GPU replicas plus the spare a rolling update needs, and a CPU group for the add-on.
+    assert settings.hyperpod.gpus == 4
+    assert [(g.instance_type, g.count) for g in settings.hyperpod.instance_groups if not g.gpus_per_instance] == [
+        ("ml.c5.4xlarge", 1)]
+    assert settings.model_named("qwen-small").picker_replicas == 1
+    assert not settings.warnings[1:], settings.warnings
 
 
 def test_weight_overrides_for_the_routing_tools():
@@ -283,12 +297,13 @@ def test_weight_overrides_for_the_routing_tools():
     ({"cluster": {"endpointPublicAccess": False, "endpointPrivateAccess": False}}, "cluster.endpointPrivateAccess",
      "must be reachable one way"),
     ({"cluster.publicAccessCidrs": '["10.0.0.0/33"]'}, "cluster.publicAccessCidrs[0]", "CIDR block"),
-    ({"cluster": {"systemNodes": {"instanceTypes": ["big"]}}}, "cluster.systemNodes.instanceTypes[0]", "EC2 instance type"),
-    ({"gpuNodes.instanceTypes": "[]"}, "gpuNodes.instanceTypes", "must hold at least 1 entry"),
-    ({"gpuNodes.capacityType": "spot"}, "gpuNodes.capacityType", "'ON_DEMAND' or 'SPOT'"),
-    ({"gpuNodes.diskSize": "20"}, "gpuNodes.diskSize", "from 50 to 16384"),
-    ({"gpuNodes.amiType": "AL2_x86_64_GPU"}, "gpuNodes.amiType", "AL2023_x86_64_NVIDIA"),
-    ({"gpuNodes.timeSlicing": "0"}, "gpuNodes.timeSlicing", "from 1 to 48"),
+    ({"cluster": {"systemNodes": {"instanceTypes": ["big"]}}, "platform": "eks"}, "cluster.systemNodes.instanceTypes[0]",
+     "EC2 instance type"),
+    ({"gpuNodes.instanceTypes": "[]", "platform": "eks"}, "gpuNodes.instanceTypes", "must hold at least 1 entry"),
+    ({"gpuNodes.capacityType": "spot", "platform": "eks"}, "gpuNodes.capacityType", "'ON_DEMAND' or 'SPOT'"),
+    ({"gpuNodes.diskSize": "20", "platform": "eks"}, "gpuNodes.diskSize", "from 50 to 16384"),
+    ({"gpuNodes.amiType": "AL2_x86_64_GPU", "platform": "eks"}, "gpuNodes.amiType", "AL2023_x86_64_NVIDIA"),
+    ({"gpuNodes.timeSlicing": "0", "platform": "eks"}, "gpuNodes.timeSlicing", "from 1 to 48"),
     ({"gateway.addonVersion": "2.0.0"}, "gateway.addonVersion", "v2.0.0-eksbuild.2"),
     ({"gateway.bbr": "sometimes"}, "gateway.bbr", "auto, true or false"),
     ({"gateway.bbrReplicas": "0"}, "gateway.bbrReplicas", "at least 1"),
@@ -323,12 +338,16 @@ def test_secret_values_never_appear_in_errors():
     assert "hf_SECRET" not in str(caught.value) and "inference-gateway:hfTokn = <secret>" in str(caught.value)
 
 
-def test_tls_auto_warns_about_what_it_needs():
-    assert any("cert-manager" in w for w in parse(**{"gateway.tls": "auto"}).warnings)
+def test_tls_auto_warns_about_what_it_needs_when_the_stack_does_not_install_the_addon():
+    existing = {"cluster": json.dumps({"existing": True, "name": "c"}),
+                "hyperpod": json.dumps({"existing": True, "name": "hp", "arn": HYPERPOD_ARN})}
+    assert any("cert-manager" in w for w in parse(**existing).warnings)
+    assert not any("cert-manager" in w for w in parse(**existing, **{"gateway.installAddon": "true"}).warnings)
+    assert not any("cert-manager" in w for w in parse().warnings)
 
 
 def test_a_full_gpu_node_group_warns_that_rollouts_need_a_spare_gpu():
-    settings = parse([{**SMALL, "replicas": 2}], gpuNodes=json.dumps({"desired": 2, "min": 2, "max": 3}))
+    settings = parse([{**SMALL, "replicas": 2}], gpuNodes=json.dumps({"desired": 2, "min": 2, "max": 3}), platform="eks")
     assert any("rolling update" in w for w in settings.warnings)
     assert not any("rolling update" in w for w in load_stack("dev").warnings)
 
@@ -346,7 +365,7 @@ def test_broken_stack_files_get_a_clear_error(tmp_path, body, expected):
 
 
 def test_unknown_stack_lists_the_known_ones():
-    with pytest.raises(SettingsError, match="stacks here: dev, existing"):
+    with pytest.raises(SettingsError, match="stacks here: dev, eks, existing"):
         load_stack("prod")
 
 

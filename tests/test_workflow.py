@@ -55,3 +55,14 @@ def test_project_config_declarations_are_valid_and_never_required():
         assert declaration["type"] in ("string", "integer", "boolean", "array"), key
         assert declaration["type"] != "array" or "items" in declaration, key
         assert "default" in declaration, key
+
+
+def test_the_hyperpod_chart_is_cloned_before_the_preview_that_needs_it():
+    preview = yaml.safe_load(WORKFLOW.read_text())["jobs"]["preview"]
+    names = [step.get("name", step.get("uses", "")) for step in preview["steps"]]
+    clone = next(i for i, step in enumerate(preview["steps"]) if "settings clone-hyperpod-chart" in step.get("run", ""))
+    run = next(i for i, name in enumerate(names) if name.startswith("pulumi/actions@"))
+    assert clone < run
+    # The path the dev stack reads the chart from.
+    dev = yaml.safe_load((ROOT / "stacks" / "Pulumi.dev.yaml").read_text())["config"]["inference-gateway:hyperpod"]
+    assert preview["steps"][clone]["run"].endswith(dev["dependenciesChart"])

@@ -1,42 +1,106 @@
-"""The HyperPod inference add-on's configuration and its controller's IRSA trust policy."""
+"""The HyperPod inference add-on: its configuration, its roles' trust and permissions, and the
+four EKS add-ons it needs first.
+
+Facts: shared/reference/hyperpod-platform.md §3 (configuration keys §3.2, roles §3.3,
+dependencies §3.4) and the corrections in inference-gateway-config.md.
+"""
 
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 
-from components.cluster.render import managed_policy_arn
-from settings import GATEWAY_SYSTEM_NAMESPACE as CONTROLLER_NAMESPACE
+from components.iam import render as iam
+from settings import GATEWAY_SYSTEM_NAMESPACE, GatewaySettings
 
 ADDON_NAME = "amazon-sagemaker-hyperpod-inference"
-CONTROLLER_SERVICE_ACCOUNT = "inference-gateway-controller"
-GATEWAY_POLICY = "AmazonSageMakerHyperPodInferenceGatewayAccess"
+# The add-on goes ACTIVE only once its controller pod runs, which waits for a node and large
+# image pulls; AWS raised its own Terraform timeout to 40 minutes for cold clusters.
+ADDON_TIMEOUT = "40m"
+# The add-on refuses an execution role whose name does not start with this.
+EXECUTION_ROLE_PREFIX = "SageMakerHyperPodInference-"
+
+KUBE_SYSTEM = "kube-system"
 
 
-def gateway_policy_arn(partition: str) -> str:
-    return managed_policy_arn(partition, GATEWAY_POLICY)
+@dataclass(frozen=True)
+class ServiceAccountRole:
+    """An IRSA role: which service account may assume it, and which managed policy it gets."""
+
+    namespace: str
+    service_account: str
+    managed_policy: str | None = None
+    # StringLike on the subject: the gated-model role serves every inference service account.
+    wildcard: bool = False
+    # AWS's templates let SageMaker assume these roles as well.
+    also_sagemaker: bool = False
 
 
-def controller_trust_policy(oidc_provider_arn: str, oidc_issuer_url: str) -> str:
-    """Only the gateway controller's service account may assume the role (IRSA)."""
-    issuer = oidc_issuer_url.removeprefix("https://")
-    return json.dumps({
-        "Version": "2012-10-17",
-        "Statement": [{
-            "Effect": "Allow",
-            "Principal": {"Federated": oidc_provider_arn},
-            "Action": "sts:AssumeRoleWithWebIdentity",
-            "Condition": {"StringEquals": {
-                f"{issuer}:sub": f"system:serviceaccount:{CONTROLLER_NAMESPACE}:{CONTROLLER_SERVICE_ACCOUNT}",
-                f"{issuer}:aud": "sts.amazonaws.com",
-            }},
-        }],
-    })
+EXECUTION = ServiceAccountRole(GATEWAY_SYSTEM_NAMESPACE, "hyperpod-inference-controller-manager",
+                               "AmazonSageMakerHyperPodInferenceAccess", also_sagemaker=True)
+GATEWAY_CONTROLLER = ServiceAccountRole(GATEWAY_SYSTEM_NAMESPACE, "inference-gateway-controller",
+                                        "AmazonSageMakerHyperPodInferenceGatewayAccess")
+LOAD_BALANCER_CONTROLLER = ServiceAccountRole(GATEWAY_SYSTEM_NAMESPACE, "aws-load-balancer-controller")
+KEDA = ServiceAccountRole(GATEWAY_SYSTEM_NAMESPACE, "keda-operator")
+GATED_MODELS = ServiceAccountRole("*", "hyperpod-inference-service-account*", "AmazonSageMakerHyperPodGatedModelAccess",
+                                  wildcard=True, also_sagemaker=True)
+S3_CSI = ServiceAccountRole(KUBE_SYSTEM, "s3-csi-driver-sa")
+FSX_CSI = ServiceAccountRole(KUBE_SYSTEM, "fsx-csi-controller-sa", "AmazonFSxFullAccess")
 
 
-def configuration_values(controller_role_arn: str) -> str:
-    return json.dumps({
+# Which role each dependency add-on's service account gets (metrics-server and cert-manager need none).
+DEPENDENCY_ROLES = {"aws-mountpoint-s3-csi-driver": S3_CSI, "aws-fsx-csi-driver": FSX_CSI}
+
+
+def trust_policy(role: ServiceAccountRole, oidc_provider_arn: str, oidc_issuer_url: str) -> str:
+    subject = iam.service_account_subject(role.namespace, role.service_account)
+    statements = [iam.service_account_trust_statement(oidc_provider_arn, oidc_issuer_url, subject,
+                                                      wildcard=role.wildcard)]
+    if role.also_sagemaker:
+        statements.insert(0, iam.service_trust_statement(iam.SAGEMAKER_SERVICE))
+    return iam.policy(*statements)
+
+
+def role_name(role_arn: str) -> str:
+    """The role's name: the last part of its ARN's path."""
+    return role_arn.rsplit("/", 1)[-1]
+
+
+def tls_bucket_policy(bucket_arn: str) -> str:
+    """The controller writes, tags and removes the certificates it issues in the TLS bucket."""
+    return iam.policy(
+        iam.allow(["s3:ListBucket"], [bucket_arn]),
+        iam.allow(["s3:GetObject", "s3:PutObject", "s3:PutObjectTagging", "s3:DeleteObject"], [f"{bucket_arn}/*"]))
+
+
+def s3_csi_policy(partition: str) -> str:
+    """Mountpoint for S3 mounts whatever bucket a volume names, as AWS's role allows."""
+    return iam.policy(
+        iam.allow(["s3:ListBucket"], [f"arn:{partition}:s3:::*"]),
+        iam.allow(["s3:GetObject", "s3:PutObject", "s3:AbortMultipartUpload", "s3:DeleteObject"],
+                  [f"arn:{partition}:s3:::*/*"]))
+
+
+def keda_policy() -> str:
+    return iam.policy(iam.allow(["cloudwatch:GetMetricData", "cloudwatch:GetMetricStatistics", "cloudwatch:ListMetrics",
+                                 "aps:QueryMetrics", "aps:GetLabels", "aps:GetSeries", "aps:GetMetricMetadata"]))
+
+
+def configuration_values(settings: GatewaySettings, *, execution_role_arn: str, tls_bucket: str,
+                         hyperpod_cluster_arn: str, controller_role_arn: str,
+                         load_balancer_role_arn: str | None, keda_role_arn: str | None,
+                         gated_model_role_arn: str | None) -> str:
+    """The add-on's whole configuration: it replaces, never merges, on every update."""
+    config: dict = {
+        "executionRoleArn": execution_role_arn,
+        "tlsCertificateS3Bucket": tls_bucket,
+        "hyperpodClusterArn": hyperpod_cluster_arn,
         "inferenceGateway": {"enabled": True, "serviceAccount": {"roleArn": controller_role_arn}},
-        # The operator can write scheduler entries into the gateway resource, which this stack
-        # owns outright; off, so the two never fight over it.
-        "inferenceOperator": {"enabled": False},
-    })
+        "alb": ({"enabled": True, "serviceAccount": {"create": True, "roleArn": load_balancer_role_arn}}
+                if settings.load_balancer_controller else {"enabled": False}),
+        "keda": ({"enabled": True, "auth": {"aws": {"irsa": {"enabled": True, "roleArn": keda_role_arn}}}}
+                 if settings.keda else {"enabled": False}),
+    }
+    if settings.gated_model_access:
+        config["jumpstartGatedModelDownloadRoleArn"] = gated_model_role_arn
+    return json.dumps(config, sort_keys=True)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import functools
-import json
 
 import pulumi
 import pulumi_aws as aws
@@ -11,6 +10,7 @@ import pulumi_eks as eks
 import pulumi_kubernetes as k8s
 
 from components.gpu_nodes.render import NODE_POOL_LABEL
+from components.iam.render import managed_policy_arn, policy, service_trust_statement
 from settings import ClusterSettings
 
 from . import render
@@ -55,14 +55,21 @@ class Network(pulumi.ComponentResource):
             aws.ec2.RouteTableAssociation(f"{name}-private-{index}", subnet_id=subnet.id,
                                           route_table_id=private_routes.id, opts=child)
             self.private_subnets.append(subnet)
+        # Image layers, model weights and HyperPod's lifecycle scripts come from S3: a gateway
+        # endpoint keeps that traffic off the NAT gateway (and its per-GB charge).
+        aws.ec2.VpcEndpoint(f"{name}-s3", vpc_id=self.vpc.id, vpc_endpoint_type="Gateway",
+                            service_name=aws.get_region_output().region.apply(render.s3_gateway_endpoint_service),
+                            route_table_ids=[private_routes.id], opts=child)
         self.register_outputs({"vpcId": self.vpc.id})
 
 
 class Cluster(pulumi.ComponentResource):
     """A new EKS cluster: API authentication, an OIDC provider for IRSA, no default node group,
-    and a small CPU node group for the gateway's own pods (Envoy, BBR, pickers, the device plugin)."""
+    and, with `managed_nodes` (plain EKS), a small CPU node group for the gateway's own pods and
+    the role GPU node groups join with. On HyperPod, instance groups take both jobs."""
 
-    def __init__(self, name: str, *, settings: ClusterSettings, opts: pulumi.ResourceOptions | None = None):
+    def __init__(self, name: str, *, settings: ClusterSettings, managed_nodes: bool,
+                 opts: pulumi.ResourceOptions | None = None):
         super().__init__("inference-gateway:index:Cluster", name, None, opts)
         child = pulumi.ResourceOptions(parent=self)
         if settings.vpc_id:
@@ -72,18 +79,7 @@ class Cluster(pulumi.ComponentResource):
             vpc_id = network.vpc.id
             private_ids = [s.id for s in network.private_subnets]
             public_ids = [s.id for s in network.public_subnets]
-        self.node_role = aws.iam.Role(f"{name}-node-role", assume_role_policy=json.dumps({
-            "Version": "2012-10-17",
-            "Statement": [{"Effect": "Allow", "Principal": {"Service": "ec2.amazonaws.com"}, "Action": "sts:AssumeRole"}],
-        }), opts=child)
-        partition = aws.get_partition_output().partition
-        # Node groups wait for these: nodes launched before the role can join fail, and on
-        # delete the policies must outlive the nodes.
-        self.node_policies = [
-            aws.iam.RolePolicyAttachment(f"{name}-node-{policy}", role=self.node_role.name,
-                                         policy_arn=partition.apply(lambda p, policy=policy: render.managed_policy_arn(p, policy)),
-                                         opts=child)
-            for policy in NODE_POLICIES]
+        self.node_role, self.node_policies = (self._node_role(name) if managed_nodes else (None, []))
         self.eks = eks.Cluster(
             f"{name}-eks",
             name=settings.name,
@@ -96,12 +92,45 @@ class Cluster(pulumi.ComponentResource):
             authentication_mode=eks.AuthenticationMode.API,
             create_oidc_provider=True,
             skip_default_node_group=True,
+            # Managed node groups and HyperPod instances both use the security group EKS creates
+            # for the cluster; pulumi-eks's own groups serve only self-managed nodes.
+            skip_default_security_groups=True,
             endpoint_public_access=settings.endpoint_public_access,
             endpoint_private_access=settings.endpoint_private_access,
             public_access_cidrs=list(settings.public_access_cidrs) or None,
             opts=child,
         )
-        self.system_nodes = eks.ManagedNodeGroup(
+        # What the rest of the stack waits for before it puts pods on the cluster.
+        self.ready: list[pulumi.Resource] = [self.eks]
+        if managed_nodes:
+            self.ready = [self._system_nodes(name, settings, private_ids)]
+        self.name = pulumi.Output.from_input(settings.name)
+        self.kubeconfig = pulumi.Output.secret(self.eks.kubeconfig_json)
+        self.oidc_provider_arn = self.eks.oidc_provider_arn
+        self.oidc_issuer_url = self.eks.oidc_provider_url
+        self.security_group_id = self.eks.cluster_security_group_id
+        self.subnet_ids = private_ids
+        self.vpc_id = vpc_id
+        self.provider = k8s.Provider(f"{name}-k8s", kubeconfig=self.kubeconfig, opts=child)
+        self.register_outputs({"name": self.name, "kubeconfig": self.kubeconfig})
+
+    def _node_role(self, name: str) -> tuple[aws.iam.Role, list[pulumi.Resource]]:
+        """The managed node groups' role; on HyperPod the instances use HyperPod's execution role."""
+        child = pulumi.ResourceOptions(parent=self)
+        role = aws.iam.Role(f"{name}-node-role", assume_role_policy=policy(service_trust_statement("ec2.amazonaws.com")),
+                            opts=child)
+        partition = aws.get_partition_output().partition
+        # Node groups wait for these: nodes launched before the role can join fail, and on
+        # delete the policies must outlive the nodes.
+        policies = [
+            aws.iam.RolePolicyAttachment(f"{name}-node-{policy}", role=role.name,
+                                         policy_arn=partition.apply(lambda p, policy=policy: managed_policy_arn(p, policy)),
+                                         opts=child)
+            for policy in NODE_POLICIES]
+        return role, policies
+
+    def _system_nodes(self, name: str, settings: ClusterSettings, private_ids: list) -> eks.ManagedNodeGroup:
+        return eks.ManagedNodeGroup(
             f"{name}-system-nodes",
             cluster=self.eks,
             node_role=self.node_role,
@@ -113,13 +142,6 @@ class Cluster(pulumi.ComponentResource):
             labels={NODE_POOL_LABEL: "system"},
             opts=pulumi.ResourceOptions(parent=self, depends_on=self.node_policies),
         )
-        self.name = pulumi.Output.from_input(settings.name)
-        self.kubeconfig = pulumi.Output.secret(self.eks.kubeconfig_json)
-        self.oidc_provider_arn = self.eks.oidc_provider_arn
-        self.oidc_issuer_url = self.eks.oidc_provider_url
-        self.subnet_ids = private_ids
-        self.provider = k8s.Provider(f"{name}-k8s", kubeconfig=self.kubeconfig, opts=child)
-        self.register_outputs({"name": self.name, "kubeconfig": self.kubeconfig})
 
 
 class ExistingCluster(pulumi.ComponentResource):
@@ -134,9 +156,15 @@ class ExistingCluster(pulumi.ComponentResource):
             found.name, found.endpoint, found.certificate_authorities[0].data, region,
         ).apply(lambda args: render.exec_kubeconfig(*args)))
         self.oidc_issuer_url = found.identities[0].oidcs[0].issuer
+        self._found = found
         self.node_role = None
+        self.ready: list[pulumi.Resource] = [self]
         self.provider = k8s.Provider(f"{name}-k8s", kubeconfig=self.kubeconfig, opts=pulumi.ResourceOptions(parent=self))
         self.register_outputs({"name": self.name, "kubeconfig": self.kubeconfig})
+
+    @property
+    def vpc_id(self) -> pulumi.Output[str]:
+        return self._found.vpc_config.vpc_id
 
     @functools.cached_property
     def oidc_provider_arn(self) -> pulumi.Output[str]:

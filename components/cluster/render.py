@@ -10,11 +10,6 @@ VPC_CIDR = "10.0.0.0/16"
 ZONE_COUNT = 2
 
 
-def managed_policy_arn(partition: str, policy: str) -> str:
-    """An AWS managed IAM policy's ARN in the given partition (aws, aws-cn, aws-us-gov)."""
-    return f"arn:{partition}:iam::aws:policy/{policy}"
-
-
 def subnet_cidrs(vpc_cidr: str = VPC_CIDR, zones: int = ZONE_COUNT) -> dict[str, list[str]]:
     """/19 private subnets (pods take VPC addresses with the VPC CNI) and /24 public ones, per zone."""
     network = ipaddress.ip_network(vpc_cidr)
@@ -22,6 +17,10 @@ def subnet_cidrs(vpc_cidr: str = VPC_CIDR, zones: int = ZONE_COUNT) -> dict[str,
     public_space = list(network.subnets(new_prefix=19))[zones]
     public = [str(s) for s in list(public_space.subnets(new_prefix=24))[:zones]]
     return {"private": private, "public": public}
+
+
+def s3_gateway_endpoint_service(region: str) -> str:
+    return f"com.amazonaws.{region}.s3"
 
 
 def subnet_tags(cluster_name: str, public: bool) -> dict[str, str]:

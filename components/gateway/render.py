@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from settings import GATEWAY_OWNER_LABEL, GATEWAY_SYSTEM_NAMESPACE, ModelSettings, Settings
+from settings import ModelSettings, Settings
+from settings.endpoints import gateway_scheme, gateway_service
 
 API_VERSION = "inference.sagemaker.aws.amazon.com/v1alpha1"
 KIND = "InferenceGatewayConfig"
@@ -80,7 +81,16 @@ def gateway_manifest(settings: Settings) -> dict[str, Any]:
     }
 
 
+def picker_config_maps(settings: Settings) -> list[dict[str, Any]]:
+    """The ConfigMaps of custom picker configurations given as files; the schedulers' configMapRef names them."""
+    return [{"apiVersion": "v1", "kind": "ConfigMap",
+             "metadata": {"name": model.picker_config_map.name, "namespace": settings.namespace},
+             "data": {model.picker_config_map.key: model.picker_config_map.text}}
+            for model in settings.models if model.picker_config_map is not None and model.picker_config_map.text]
+
+
 def gateway_url_command(settings: Settings) -> str:
     """A shell command that prints the gateway's in-cluster URL (its Envoy Service lives in the system namespace)."""
-    return (f"kubectl get svc -n {GATEWAY_SYSTEM_NAMESPACE} -l {GATEWAY_OWNER_LABEL}={settings.gateway.name} "
-            f"-o jsonpath='http://{{.items[0].metadata.name}}.{GATEWAY_SYSTEM_NAMESPACE}.svc.cluster.local{{\"\\n\"}}'")
+    service = gateway_service(settings)
+    return (f"kubectl get svc -n {service.namespace} -l {service.selector} -o jsonpath='{gateway_scheme(settings)}://"
+            f"{{.items[0].metadata.name}}.{service.namespace}.svc.cluster.local{{\"\\n\"}}'")

@@ -33,7 +33,8 @@ class ModelNamespace(pulumi.ComponentResource):
 
 class ModelServer(pulumi.ComponentResource):
     def __init__(self, name: str, *, model: ModelSettings, namespace: str, hf_token: bool,
-                 gpu_node_selector: dict[str, str] | None, opts: pulumi.ResourceOptions | None = None):
+                 gpu_node_selector: dict[str, str] | None, depends_on: list[pulumi.Resource],
+                 opts: pulumi.ResourceOptions | None = None):
         super().__init__("inference-gateway:index:ModelServer", name, None, opts)
         child = pulumi.ResourceOptions(parent=self)
         deployment = render.deployment(model, namespace, hf_token=hf_token, gpu_node_selector=gpu_node_selector)
@@ -42,7 +43,8 @@ class ModelServer(pulumi.ComponentResource):
         rollout = pulumi.CustomTimeouts(create=ROLLOUT_TIMEOUT, update=ROLLOUT_TIMEOUT)
         self.deployment = k8s.apps.v1.Deployment(f"{name}-deployment", metadata=deployment["metadata"],
                                                  spec=deployment["spec"],
-                                                 opts=pulumi.ResourceOptions(parent=self, custom_timeouts=rollout))
+                                                 opts=pulumi.ResourceOptions(parent=self, custom_timeouts=rollout,
+                                                                             depends_on=depends_on))
         service = render.service(model, namespace)
         self.service = k8s.core.v1.Service(f"{name}-service", metadata=service["metadata"], spec=service["spec"], opts=child)
         budget = render.pod_disruption_budget(model, namespace)

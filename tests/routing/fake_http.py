@@ -73,6 +73,11 @@ class FakeModelServer:
         app.router.add_get("/v1/models", self._models)
         app.router.add_post("/v1/completions", self._completion)
         app.router.add_post("/v1/chat/completions", self._completion)
+        for path in ("/v1/embeddings", "/v1/responses", "/v1/messages", "/v1/messages/count_tokens",
+                     "/inference/v1/generate",
+                     "/v1/completions/render", "/v1/chat/completions/render"):
+            app.router.add_post(path, self._completion)
+        app.router.add_post("/tokenize", self._tokenize)
         if self.dev_mode:
             app.router.add_post("/reset_prefix_cache", self._reset_prefix_cache)
         return app
@@ -88,13 +93,18 @@ class FakeModelServer:
             self.before_metrics(self)
         return web.Response(text=self.metrics_text(), content_type="text/plain")
 
+    async def _tokenize(self, request: web.Request) -> web.Response:
+        body = await request.json()
+        return web.json_response({"tokens": [ord(c) for c in body.get("prompt", "")], "served_by": self.name,
+                                  "query": request.query_string})
+
     async def _models(self, _request: web.Request) -> web.Response:
         return web.json_response({"object": "list", "data": [{"id": "m", "owned_by": self.name}]})
 
     async def _completion(self, request: web.Request) -> web.StreamResponse:
         body = await request.json()
         self.bodies.append(body)
-        prompt = body.get("prompt") or json.dumps(body.get("messages"))
+        prompt = body.get("prompt") or json.dumps(body.get("messages") or body.get("input") or body.get("token_ids"))
         self.requests += 1
         self.queries += len(prompt)
         self.hits += self.hits_per_request

@@ -350,34 +350,7 @@ def test_picking_from_no_pods_is_an_error():
         EndpointPicker({"queue": 1}).pick(request("q"), [])
 
 
-# -- requests from OpenAI bodies and the round-robin baseline ---------------------------------------
-
-def test_request_from_completions_body():
-    got = Request.from_openai_body({"model": "m", "prompt": "Hello", "max_tokens": 4})
-    assert got == Request(model="m", prompt="Hello")
-    assert Request.from_openai_body({"model": "m", "prompt": ["Hello"]}).prompt == "Hello"
-
-
-def test_request_from_chat_body_is_tools_json_then_role_and_content_per_message():
-    body = {"model": "m",
-            "tools": [{"type": "function", "function": {"name": "f", "description": "a<b"}}],
-            "messages": [{"role": "system", "content": "Be brief."},
-                         {"role": "user", "content": [{"type": "text", "text": "Hi"}, {"type": "text", "text": "!"}]}]}
-    expected_tools = '[{"function":{"description":"a\\u003cb","name":"f"},"type":"function"}]'
-    assert Request.from_openai_body(body).prompt == expected_tools + "systemBe brief.userHi!"
-    assert Request.from_openai_body({"model": "m", "messages": [{"role": "user", "content": "x"}]}).prompt == "userx"
-
-
-@pytest.mark.parametrize("body, message", [
-    ({"prompt": "x"}, "`model`"),
-    ({"model": "m"}, "neither `prompt`"),
-    ({"model": "m", "prompt": ["a", "b"]}, "several prompts"),
-    ({"model": "m", "messages": [{"role": "user", "content": [{"type": "image_url"}]}]}, "'image_url' part"),
-])
-def test_request_from_unreadable_bodies_says_what_is_wrong(body, message):
-    with pytest.raises(ValueError, match=message):
-        Request.from_openai_body(body)
-
+# -- the round-robin baseline -------------------------------------------------------------------------
 
 def test_round_robin_takes_pods_in_turn():
     picker = RoundRobinPicker()

@@ -9,7 +9,8 @@ import pytest
 
 from routing.picker import EndpointPicker, PodMetrics, Request
 from routing.plugins import (KNOWN_TYPES, MODELLED_TYPES, WEIGHT_PLUGIN_TYPES, PickerConfigError,
-                             load_endpoint_picker_config, render_endpoint_picker_config)
+                             endpoint_picker_config_yaml, load_endpoint_picker_config,
+                             render_endpoint_picker_config)
 from settings import DEFAULT_WEIGHTS, WEIGHT_NAMES
 
 HEADER = {"apiVersion": "llm-d.ai/v1alpha1", "kind": "EndpointPickerConfig"}
@@ -61,6 +62,14 @@ def test_rendering_does_not_depend_on_the_order_weights_come_in():
         ("queue-scorer", 6), ("kv-cache-utilization-scorer", 2), ("prefix-cache-scorer", 3),
         ("running-requests-size-scorer", 5), ("lora-affinity-scorer", 4), ("no-hit-lru-scorer", 1),
         ("max-score-picker", None)]
+
+
+def test_the_rendered_yaml_is_stable_text_that_loads_back():
+    weights = {"prefix": 3, "queue": 2, "kvCache": 2, "lru": 1}
+    text = endpoint_picker_config_yaml(render_endpoint_picker_config(weights))
+    assert text == endpoint_picker_config_yaml(render_endpoint_picker_config(dict(reversed(weights.items()))))
+    assert text.startswith("apiVersion: llm-d.ai/v1alpha1\nkind: EndpointPickerConfig\nplugins:\n- type: queue-scorer\n")
+    assert load_endpoint_picker_config(text) == load_endpoint_picker_config(render_endpoint_picker_config(weights))
 
 
 def test_predicted_latency_is_refused_with_the_reason():
@@ -117,6 +126,12 @@ def test_defaulting_fills_names_profile_weights_picker_handler_and_producer():
                                          "maxPrefixBlocksToMatch": 2048, "maxPrefixTokensToMatch": 131072,
                                          "lruCapacityPerServer": 31250}
     assert producer.origin.startswith("added")
+
+
+def test_naming_the_default_producer_explicitly_still_creates_it():
+    loaded = load_endpoint_picker_config(config(plugins=[
+        {"type": "prefix-cache-scorer", "parameters": {"prefixMatchInfoProducerName": "approx-prefix-cache-producer"}}]))
+    assert loaded.plugin("approx-prefix-cache-producer").origin.startswith("added")
 
 
 def test_a_profile_without_a_picker_gets_the_declared_one_and_a_scorer_without_weight_gets_one():

@@ -342,3 +342,14 @@ def test_a_weight_change_needs_a_clock(tmp_path):
     arrivals = load_arrivals(str(path))
     with pytest.raises(WorkloadError, match="changes weights at set times, so it needs a clock"):
         plan_load(arrivals, weight_changes=load_weight_changes(str(path)))
+
+
+# -- what the server computes: server_tokens ------------------------------------------------------
+
+def test_a_batch_completion_is_one_request_per_prompt_serially_and_refused_under_load():
+    batch = [{"model": "m", "prompt": ["first prompt " * 20, "second prompt " * 20], "max_tokens": 4}]
+    serial = run_prediction(to_requests(batch), replicas=2, seed=1)
+    assert serial.picker.requests == 2  # vLLM runs (and counts) each prompt as a request
+    plan = plan_load([Arrival(b, r) for b, r in zip(batch, to_requests(batch))], concurrency=1)
+    with pytest.raises(predict_command.PredictError, match="holds 2 prompts in one completion"):
+        run_prediction(to_requests(batch), replicas=2, seed=1, load=Load(plan, (4,)), latency=LATENCY)

@@ -1,5 +1,6 @@
 """Pseudo-tokens and hashes the picker uses; tokenizers and block keys the simulated servers use."""
 
+import json
 import struct
 
 import pytest
@@ -8,7 +9,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 from tokenizers import Tokenizer, models, pre_tokenizers, processors, trainers
 
+from routing.picker import Request
 from routing.prefix import (EstimateTokenizer, HFTokenizerFile, TokenizerFileError, go_json, picker_block_hashes,
+                            server_tokens,
                             picker_block_size, pseudo_token_bytes, pseudo_tokens, server_block_keys)
 from routing.simulate import SimulatedServer
 
@@ -102,6 +105,42 @@ def test_hf_tokenizer_file_reads_a_file_or_a_directory(tmp_path):
 def test_hf_tokenizer_file_adds_special_tokens_like_vllm_completions(tmp_path):
     write_tokenizer(tmp_path / "tokenizer.json", bos=True)
     assert HFTokenizerFile(tmp_path).encode("the pod")[0] == 1
+
+
+CHAT_TEMPLATE = ("{% for message in messages %}<s>{{ message['role'] }} {{ message['content'] }}\n{% endfor %}"
+                 "{% if add_generation_prompt %}<s>assistant {% endif %}")
+
+
+def test_chat_requests_are_counted_through_the_models_chat_template(tmp_path):
+    reference = write_tokenizer(tmp_path / "tokenizer.json", bos=True)
+    (tmp_path / "chat_template.jinja").write_text(CHAT_TEMPLATE)
+    tokenizer = HFTokenizerFile(tmp_path)
+    chat = Request.from_openai_body({"model": "m", "messages": [
+        {"role": "the", "content": "cache"}, {"role": "pod", "content": [{"type": "text", "text": "the"},
+                                                                       {"type": "text", "text": "prefix"}]}]})
+    rendered = "<s>the cache\n<s>pod the\nprefix\n<s>assistant "
+    assert tokenizer.render_chat(chat.server_inputs[0].chat) == rendered
+    # Rendered, then tokenized without adding special tokens: the template's <s> are the only ones.
+    assert server_tokens(tokenizer, chat) == [reference.encode(rendered, add_special_tokens=False).ids]
+    assert "chat template" in tokenizer.description
+
+
+def test_the_chat_template_may_live_in_tokenizer_config(tmp_path):
+    write_tokenizer(tmp_path / "tokenizer.json")
+    (tmp_path / "tokenizer_config.json").write_text(json.dumps({"chat_template": CHAT_TEMPLATE}))
+    assert HFTokenizerFile(tmp_path).chat_template == CHAT_TEMPLATE
+
+
+def test_server_tokens_are_per_sequence_and_token_ids_pass_through(tmp_path):
+    reference = write_tokenizer(tmp_path / "tokenizer.json")
+    tokenizer = HFTokenizerFile(tmp_path)
+    several = Request.from_openai_body({"model": "m", "prompt": ["the pod", "the cache"]})
+    assert server_tokens(tokenizer, several) == [reference.encode("the pod").ids, reference.encode("the cache").ids]
+    assert server_tokens(tokenizer, Request.from_openai_body({"model": "m", "prompt": [5, 6, 7]})) == [[5, 6, 7]]
+    # Without a template (or a real tokenizer), a chat counts as its flattened text.
+    chat = Request.from_openai_body({"model": "m", "messages": [{"role": "user", "content": "the pod"}]})
+    assert server_tokens(tokenizer, chat) == [reference.encode("userthe pod").ids]
+    assert server_tokens(EstimateTokenizer(), chat) == [EstimateTokenizer().encode("userthe pod")]
 
 
 def test_hf_tokenizer_file_errors_name_the_path_and_the_fix(tmp_path):

@@ -12,7 +12,8 @@ import pytest
 
 from routing import __main__ as cli
 from routing.metrics import ZERO
-from routing.serve import ROUTED_HEADER, STALENESS, Backend, Scrape, start_gateway
+from routing.plugins import load_endpoint_picker_config
+from routing.serve import DECISION_HEADER, EXPLAIN_HEADER, ROUTED_HEADER, STALENESS, Backend, Scrape, start_gateway
 from routing.workloads import seed_shared, seed_unique
 
 from fake_http import FakeModelServer
@@ -26,9 +27,9 @@ def backends():
         server.stop()
 
 
-def post(url: str, body: dict, timeout: float = 10) -> tuple[int, dict, bytes]:
+def post(url: str, body: dict, timeout: float = 10, headers: dict | None = None) -> tuple[int, dict, bytes]:
     request = urllib.request.Request(url, data=json.dumps(body).encode(), method="POST",
-                                     headers={"Content-Type": "application/json"})
+                                     headers={"Content-Type": "application/json", **(headers or {})})
     try:
         with urllib.request.urlopen(request, timeout=timeout) as response:
             return response.status, dict(response.headers), response.read()
@@ -254,10 +255,125 @@ def test_a_stack_whose_model_has_a_custom_picker_config_is_refused(tmp_path, cap
     assert cli.main(["serve", "--backend", "a=http://127.0.0.1:1", "--stack", "custom", "--model", "qwen-small",
                      "--stacks-dir", str(tmp_path)]) == 2
     err = capsys.readouterr().err
-    assert "custom picker ConfigMap (my-picker" in err and "Pass --weights" in err
+    assert "picker ConfigMap my-picker" in err and "already in the cluster" in err and "Pass --weights" in err
+
+
+def test_serve_routes_with_the_picker_config_a_stack_gives_its_model(tmp_path, backends, capsys):
+    from routing import serve
+
+    dev = (Path(__file__).resolve().parents[2] / "stacks" / "Pulumi.dev.yaml").read_text()
+    marker = "      model: Qwen/Qwen2.5-0.5B-Instruct\n"
+    picker_file = tmp_path / "picker.yaml"
+    picker_file.write_text("apiVersion: llm-d.ai/v1alpha1\nkind: EndpointPickerConfig\nplugins:\n"
+                           "- {type: running-requests-size-scorer, name: busy}\nschedulingProfiles:\n"
+                           "- name: p\n  plugins: [{pluginRef: busy, weight: 5}]\n")
+    (tmp_path / "Pulumi.custom.yaml").write_text(dev.replace(marker, marker + "      pickerConfigMap:\n"
+                                                                              "        name: my-picker\n"
+                                                             f"        file: {picker_file}\n"))
+    started = {}
+
+    def capture(app, **_kwargs):
+        started["app"] = app
+    original, serve.web.run_app = serve.web.run_app, capture
+    try:
+        assert cli.main(["serve", "--backend", f"a={backends[0].url}", "--stack", "custom", "--model", "qwen-small",
+                         "--stacks-dir", str(tmp_path)]) == 0
+    finally:
+        serve.web.run_app = original
+    started["app"].close()  # the application it would have served, never started
+    assert "serve: endpoint picker, config busy=5, picker v0.10;" in capsys.readouterr().out
 
 
 def test_help_says_it_is_not_a_production_gateway(capsys):
     with pytest.raises(SystemExit):
         cli.main(["serve", "--help"])
     assert "Not a production gateway" in " ".join(capsys.readouterr().out.split())
+
+
+def test_every_request_form_upstream_routes_is_routed_by_its_path(backends):
+    forms = [("/v1/completions", {"model": "m", "prompt": ["first", "second"]}),
+             ("/v1/completions", {"model": "m", "prompt": [11, 12, 13]}),
+             ("/v1/completions", {"model": "m", "prompt": "salted", "cache_salt": "tenant-a"}),
+             ("/v1/chat/completions", {"model": "m", "messages": [{"role": "user", "content": [
+                 {"type": "text", "text": "look"}, {"type": "image_url", "image_url": {"url": "https://x/y.png"}},
+                 {"type": "something-new"}]}]}),
+             ("/v1/embeddings", {"model": "m", "input": ["embed me", "and me"]}),
+             ("/v1/completions/render", {"model": "m", "prompt": "render me"}),
+             ("/v1/chat/completions/render", {"model": "m", "messages": [{"role": "user", "content": "r"}]}),
+             ("/v1/responses", {"model": "m", "input": "respond", "instructions": "briefly"}),
+             ("/v1/messages", {"model": "m", "max_tokens": 2, "system": "sys",
+                               "messages": [{"role": "user", "content": [{"type": "text", "text": "hi"}]}]}),
+             ("/v1/messages/count_tokens", {"model": "m", "messages": [{"role": "user", "content": "count"}]}),
+             ("/inference/v1/generate", {"token_ids": [5, 6, 7], "sampling_params": {"max_tokens": 1}})]
+    with start_gateway(backend_map(backends), seed=1) as gateway:
+        for path, body in forms:
+            status, headers, raw = post(gateway.url + path, body)
+            assert status == 200 and headers[ROUTED_HEADER] == json.loads(raw)["served_by"], (path, body)
+        assert len(gateway.gateway.history) == len(forms)
+
+
+@pytest.mark.parametrize("path, body, message", [
+    ("/v1/completions", {"model": "m", "prompt": ""}, "`prompt` is empty"),
+    ("/v1/completions", {"model": "m", "messages": [{"role": "user", "content": "x"}]}, "`prompt` is empty"),
+    ("/v1/chat/completions", {"model": "m", "messages": []}, "`messages` must be a non-empty list"),
+    ("/v1/embeddings", {"model": "m", "input": []}, "`input` is empty"),
+])
+def test_what_upstream_refuses_is_a_400_saying_why(backends, path, body, message):
+    with start_gateway(backend_map(backends), seed=1) as gateway:
+        status, _, raw = post(gateway.url + path, body)
+    assert status == 400 and message in json.loads(raw)["error"]["message"]
+    assert all(not server.bodies for server in backends)
+
+
+def test_paths_serve_does_not_route_pass_through_to_a_backend(backends):
+    with start_gateway(backend_map(backends), seed=1) as gateway:
+        status, headers, raw = post(gateway.url + "/tokenize?add_special_tokens=true", {"model": "m", "prompt": "ab"})
+        assert status == 200 and json.loads(raw) == {"tokens": [97, 98], "served_by": "a",
+                                                     "query": "add_special_tokens=true"}
+        status, raw = get(gateway.url + "/metrics")
+        assert status == 200 and b"vllm:num_requests_waiting" in raw
+        status, raw = get(gateway.url + "/v1/models")
+        assert status == 200 and json.loads(raw)["data"][0]["id"] == "m"
+        assert get(gateway.url + "/no/such/path")[0] == 404  # the backend's answer, passed back
+        assert not gateway.gateway.history  # none of these was a pick
+
+
+def test_the_breakdown_comes_back_in_a_header_when_asked(backends):
+    a, b = backends
+    b.waiting = 4
+    with start_gateway(backend_map(backends), {"queue": 2, "kvCache": 0, "prefix": 0}, seed=1) as gateway:
+        time.sleep(0.2)
+        _, plain, _ = post(gateway.url + "/v1/completions", {"model": "m", "prompt": "x"})
+        _, explained, _ = post(gateway.url + "/v1/completions", {"model": "m", "prompt": "x"},
+                               headers={EXPLAIN_HEADER: "true"})
+    assert DECISION_HEADER not in {key.lower() for key in plain}
+    decision = json.loads(explained[DECISION_HEADER])
+    assert decision["chosen"] == "a" and decision["runnerUp"] == "b" and decision["margin"] == 2.0
+    assert decision["pods"][0]["scorers"] == [{"scorer": "queue-scorer", "raw": 1.0, "weight": 2.0, "weighted": 2.0}]
+    assert all(EXPLAIN_HEADER not in {key.lower() for key in body} for body in a.bodies)
+
+
+def test_serve_builds_its_picker_from_an_endpoint_picker_config(backends):
+    a, b = backends
+    a.running = 3
+    config = load_endpoint_picker_config({
+        "apiVersion": "llm-d.ai/v1alpha1", "kind": "EndpointPickerConfig",
+        "plugins": [{"type": "running-requests-size-scorer", "name": "busy"}],
+        "schedulingProfiles": [{"name": "p", "plugins": [{"pluginRef": "busy", "weight": 7}]}]})
+    with start_gateway(backend_map(backends), config=config, seed=1) as gateway:
+        time.sleep(0.2)
+        _, headers, _ = post(gateway.url + "/v1/completions", {"model": "m", "prompt": "x"},
+                             headers={EXPLAIN_HEADER: "1"})
+    decision = json.loads(headers[DECISION_HEADER])
+    assert decision["chosen"] == "b" and decision["pods"][0]["scorers"][0]["scorer"] == "busy"
+    assert decision["pods"][0]["total"] == 7.0
+
+
+def test_serve_refuses_a_bad_picker_config_file(tmp_path, capsys):
+    config = tmp_path / "picker.yaml"
+    config.write_text("apiVersion: llm-d.ai/v1alpha1\nkind: EndpointPickerConfig\nplugins:\n- type: prefix-cache-scorer\n"
+                      "  parameters: {blockSizeTokens: 64}\n")
+    assert cli.main(["serve", "--backend", "a=http://127.0.0.1:9", "--picker-config", str(config)]) == 2
+    error = capsys.readouterr().err
+    assert f"--picker-config {config}: plugins[0].parameters.blockSizeTokens" in error
+    assert "approx-prefix-cache-producer" in error

@@ -227,7 +227,7 @@ def test_stack_fills_namespace_label_model_and_gateway():
     target = resolve_target(target_args(stack="dev", model="qwen-small"))
     assert (target.model_id, target.namespace, target.label, target.port, target.gateway_name,
             target.gateway_scheme) == (
-        "Qwen/Qwen2.5-0.5B-Instruct", "inference", "vllm-qwen-small", 8000, "inference-gateway", "http")
+        "Qwen/Qwen2.5-0.5B-Instruct", "inference", "vllm-qwen-small", 8000, "inference-gateway", "https")
 
 
 def _stack_with_tls(tmp_path, tls: str) -> Path:

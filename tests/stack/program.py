@@ -18,6 +18,9 @@ from settings import NAMESPACE, read_stack_config, stack_file
 ROOT = Path(__file__).resolve().parents[2]
 PROGRAM = ROOT / "__main__.py"
 PROJECT = NAMESPACE
+# A stand-in clone of aws/sagemaker-hyperpod-cli, used wherever a test does not name its own.
+DEPENDENCIES_CLONE = ROOT / "tests" / "fixtures" / "sagemaker-hyperpod-cli"
+HYPERPOD_ARN = "arn:aws:sagemaker:us-west-2:123456789012:cluster/abcd1234efgh"
 
 
 @dataclass
@@ -74,7 +77,12 @@ class CloudMocks(pulumi.runtime.Mocks):
             kubeconfig = {"apiVersion": "v1", "kind": "Config", "clusters": [{"name": args.name}]}
             outputs.update(kubeconfig=kubeconfig, kubeconfigJson=json.dumps(kubeconfig),
                            oidcProviderArn="arn:aws:iam::123456789012:oidc-provider/oidc.eks.us-west-2.amazonaws.com/id/ABC",
-                           oidcProviderUrl="oidc.eks.us-west-2.amazonaws.com/id/ABC")
+                           oidcProviderUrl="oidc.eks.us-west-2.amazonaws.com/id/ABC",
+                           clusterSecurityGroupId="sg-0123456789abcdef0")
+        elif args.typ == "aws-native:sagemaker:Cluster":
+            outputs["clusterArn"] = HYPERPOD_ARN
+        elif args.typ == "aws:s3/bucket:Bucket":
+            outputs.update(bucket=f"{args.name}-0123", arn=f"arn:aws:s3:::{args.name}-0123")
         elif args.typ == "aws:ec2/launchTemplate:LaunchTemplate":
             outputs["latestVersion"] = 1
         elif args.typ == "aws:iam/role:Role":
@@ -92,7 +100,10 @@ class CloudMocks(pulumi.runtime.Mocks):
                 "name": args.args.get("name"), "endpoint": "https://ABC.gr7.us-west-2.eks.amazonaws.com",
                 "certificateAuthorities": [{"data": "Q0E="}],
                 "identities": [{"oidcs": [{"issuer": "https://oidc.eks.us-west-2.amazonaws.com/id/ABC"}]}],
+                "vpcConfig": {"vpcId": "vpc-0123456789abcdef0"},
             },
+            "aws:index/getCallerIdentity:getCallerIdentity": {"accountId": "123456789012", "arn": "arn:aws:iam::123456789012:user/ci",
+                                                               "userId": "AIDA", "id": "123456789012"},
             "aws:iam/getOpenIdConnectProvider:getOpenIdConnectProvider": {
                 "arn": "arn:aws:iam::123456789012:oidc-provider/oidc.eks.us-west-2.amazonaws.com/id/ABC"},
         }
@@ -121,6 +132,11 @@ class ProgramRun:
         return matches[0]
 
 
+def comparable(value: Any) -> Any:
+    """Registered inputs as plain data: assets by their path (two FileAssets of one file differ as objects)."""
+    return json.loads(json.dumps(value, default=lambda v: {"asset": getattr(v, "path", repr(v))}))
+
+
 def stack_config(stack: str) -> tuple[dict[str, str], list[str]]:
     """A stack file's config as the language host passes it: every value a string, objects as JSON."""
     raw, secret_keys = read_stack_config(stack_file(stack))
@@ -128,13 +144,31 @@ def stack_config(stack: str) -> tuple[dict[str, str], list[str]]:
     return as_strings, [f"{PROJECT}:{k}" for k in secret_keys]
 
 
+def with_test_defaults(config: dict[str, Any], dependencies_chart: Path | None) -> dict[str, Any]:
+    """The region every stack file sets, and (unless None) the dependencies chart clone to use
+    in place of whatever path the config names: tests never have AWS's real clone."""
+    config = {"aws:region": "us-west-2", **config}
+    hyperpod = config.get("hyperpod")
+    if isinstance(hyperpod, str):
+        hyperpod = json.loads(hyperpod)
+    existing = str((hyperpod or {}).get("existing", config.get("hyperpod.existing", "false"))).lower() == "true"
+    if dependencies_chart is None or config.get("platform") == "eks" or existing:
+        return config
+    if isinstance(hyperpod, dict):
+        config["hyperpod"] = {**hyperpod, "dependenciesChart": str(dependencies_chart)}
+    else:
+        config["hyperpod.dependenciesChart"] = str(dependencies_chart)
+    return config
+
+
 def run_program(config: dict[str, Any], *, stack: str = "test", secret_keys: list[str] | None = None,
-                preview: bool = False) -> ProgramRun:
+                preview: bool = False, dependencies_chart: Path | None = DEPENDENCIES_CLONE) -> ProgramRun:
     """Evaluate __main__.py once under fresh mocks; `config` keys are without the namespace."""
     mocks = CloudMocks()
     pulumi.runtime.set_mocks(mocks, project=PROJECT, stack=stack, preview=preview, monitor=mocks.monitor)
     pulumi.runtime.set_all_config(
-        {f"{PROJECT}:{k}" if ":" not in k else k: v if isinstance(v, str) else json.dumps(v) for k, v in config.items()},
+        {f"{PROJECT}:{k}" if ":" not in k else k: v if isinstance(v, str) else json.dumps(v)
+         for k, v in with_test_defaults(config, dependencies_chart).items()},
         [f"{PROJECT}:{k}" if ":" not in k else k for k in (secret_keys or [])])
     run = ProgramRun(mocks.resources)
     exports: dict[str, Any] = {}

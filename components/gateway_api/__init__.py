@@ -1,0 +1,3 @@
+from .component import GatewayApiDataPlane
+
+__all__ = ["GatewayApiDataPlane"]

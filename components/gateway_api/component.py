@@ -1,0 +1,80 @@
+"""The Gateway API data plane the open-source pickers sit behind: CRDs, Istio, the AWS Load
+Balancer Controller, one Gateway, and body-based routing when several models share it."""
+
+from __future__ import annotations
+
+import pulumi
+import pulumi_aws as aws
+import pulumi_kubernetes as k8s
+
+from components.iam import render as iam
+from settings import Settings
+
+from . import render
+
+
+class GatewayApiDataPlane(pulumi.ComponentResource):
+    def __init__(self, name: str, *, settings: Settings, cluster_name: pulumi.Input[str], region: str,
+                 vpc_id: pulumi.Input[str], oidc_provider_arn: pulumi.Input[str], oidc_issuer_url: pulumi.Input[str],
+                 k8s_provider: k8s.Provider, depends_on: list[pulumi.Resource],
+                 opts: pulumi.ResourceOptions | None = None):
+        super().__init__("inference-gateway:index:GatewayApiDataPlane", name, None, opts)
+        in_cluster = pulumi.ResourceOptions(parent=self, provider=k8s_provider, depends_on=depends_on)
+        crds = [k8s.yaml.v2.ConfigFile(f"{name}-gateway-api-crds", file=render.GATEWAY_API_CRDS, opts=in_cluster),
+                k8s.yaml.v2.ConfigFile(f"{name}-inference-pool-crd", file=render.INFERENCE_POOL_CRD, opts=in_cluster)]
+        after_crds = pulumi.ResourceOptions(parent=self, provider=k8s_provider, depends_on=[*depends_on, *crds])
+
+        namespace = k8s.core.v1.Namespace(f"{name}-istio-namespace", metadata={"name": render.ISTIO_NAMESPACE},
+                                          opts=in_cluster)
+        istio_repo = k8s.helm.v4.RepositoryOptsArgs(repo=render.ISTIO_REPO)
+        base = k8s.helm.v4.Chart(f"{name}-istio-base", chart="base", name="istio-base", version=render.ISTIO_VERSION,
+                                 namespace=render.ISTIO_NAMESPACE, repository_opts=istio_repo,
+                                 opts=after_crds.merge(pulumi.ResourceOptions(depends_on=[namespace])))
+        istiod = k8s.helm.v4.Chart(f"{name}-istiod", chart="istiod", name="istiod", version=render.ISTIO_VERSION,
+                                   namespace=render.ISTIO_NAMESPACE, repository_opts=istio_repo,
+                                   values=render.istiod_values(),
+                                   opts=after_crds.merge(pulumi.ResourceOptions(depends_on=[base])))
+        gateway_needs: list[pulumi.Resource] = [istiod]
+        if settings.gateway.load_balancer_controller:
+            gateway_needs.append(self._load_balancer_controller(
+                name, cluster_name=cluster_name, region=region, vpc_id=vpc_id, oidc_provider_arn=oidc_provider_arn,
+                oidc_issuer_url=oidc_issuer_url, k8s_provider=k8s_provider, depends_on=depends_on))
+        manifest = render.gateway_manifest(settings, internal_load_balancer=settings.gateway.load_balancer_controller)
+        # After the controller: its webhook claims the Service Istio creates for the Gateway, and
+        # on destroy the Gateway (and so that Service and its NLB) goes while the controller runs.
+        self.gateway = k8s.apiextensions.CustomResource(
+            f"{name}-gateway", api_version=manifest["apiVersion"], kind=manifest["kind"],
+            metadata=manifest["metadata"], spec=manifest["spec"],
+            opts=after_crds.merge(pulumi.ResourceOptions(depends_on=gateway_needs)))
+        self.ready: list[pulumi.Resource] = [self.gateway, *crds]
+        if settings.gateway.bbr_enabled:
+            self.ready.append(k8s.helm.v4.Chart(
+                f"{name}-bbr", chart=render.BBR_CHART, name=f"{settings.gateway.name}-bbr", version=render.BBR_VERSION,
+                namespace=settings.namespace, values=render.bbr_values(settings),
+                opts=after_crds.merge(pulumi.ResourceOptions(depends_on=[istiod, self.gateway]))))
+        gateway_name = settings.gateway.name
+        self.name = self.gateway.id.apply(lambda _: gateway_name)
+        self.url_command = (f"kubectl get gateway {gateway_name} -n {settings.namespace} "
+                            "-o jsonpath='http://{.status.addresses[0].value}{\"\\n\"}'")
+        self.register_outputs({"name": self.name})
+
+    def _load_balancer_controller(self, name: str, *, cluster_name, region, vpc_id, oidc_provider_arn, oidc_issuer_url,
+                                  k8s_provider, depends_on) -> k8s.helm.v4.Chart:
+        child = pulumi.ResourceOptions(parent=self)
+        subject = iam.service_account_subject(render.LOAD_BALANCER_CONTROLLER_NAMESPACE,
+                                              render.LOAD_BALANCER_CONTROLLER_SERVICE_ACCOUNT)
+        trust = pulumi.Output.all(oidc_provider_arn, oidc_issuer_url).apply(
+            lambda args: iam.policy(iam.service_account_trust_statement(args[0], args[1], subject)))
+        role = aws.iam.Role(f"{name}-load-balancer-controller-role", assume_role_policy=trust, opts=child)
+        policy = aws.iam.RolePolicy(
+            f"{name}-load-balancer-controller-policy", role=role.id,
+            policy=aws.get_partition_output().partition.apply(iam.load_balancer_controller_policy), opts=child)
+        values = pulumi.Output.all(cluster_name, vpc_id, role.arn).apply(
+            lambda args: render.load_balancer_controller_values(cluster_name=args[0], region=region, vpc_id=args[1],
+                                                                role_arn=args[2]))
+        return k8s.helm.v4.Chart(
+            f"{name}-load-balancer-controller", chart=render.LOAD_BALANCER_CONTROLLER_CHART,
+            name=render.LOAD_BALANCER_CONTROLLER_CHART, version=render.LOAD_BALANCER_CONTROLLER_VERSION,
+            namespace=render.LOAD_BALANCER_CONTROLLER_NAMESPACE,
+            repository_opts=k8s.helm.v4.RepositoryOptsArgs(repo=render.LOAD_BALANCER_CONTROLLER_REPO), values=values,
+            opts=pulumi.ResourceOptions(parent=self, provider=k8s_provider, depends_on=[*depends_on, policy]))

@@ -1,0 +1,3 @@
+from .component import ExistingHyperPodCluster, HyperPodCluster
+
+__all__ = ["ExistingHyperPodCluster", "HyperPodCluster"]

@@ -1,0 +1,109 @@
+"""The HyperPod cluster's pieces as plain data: instance groups, the lifecycle script, the
+instance execution role's permissions and the dependencies chart's values.
+
+Facts: shared/reference/hyperpod-platform.md §1.2 (instance groups), §2.5 (lifecycle
+script), §2.6 (execution role), §2.3 (dependencies chart).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from components.gpu_nodes.render import GPU_TAINT_KEY, NODE_POOL_LABEL, node_labels
+from components.iam import render as iam
+from settings import InstanceGroupSettings
+
+INSTANCE_POLICY = "AmazonSageMakerClusterInstanceRolePolicy"
+LIFECYCLE_PREFIX = "lifecycle"
+ON_CREATE = "on_create.sh"
+# AWS's dependencies chart installs into kube-system (its own namespaces it creates itself).
+DEPENDENCIES_NAMESPACE = "kube-system"
+# 20 minutes is usual for a HyperPod cluster to go InService; deep health checks add 60-90 more,
+# and CloudFormation's own handler allows 12 hours.
+CLUSTER_TIMEOUT = "3h"
+
+# Runs once on each instance as it joins. HyperPod requires an entry script; this one only
+# records that the instance came up, so node start-up stays as AWS's AMI makes it.
+ON_CREATE_SCRIPT = """#!/bin/bash
+# inference-gateway: HyperPod on-create script. Nothing to configure: vLLM pods bring their own runtime.
+set -euo pipefail
+mkdir -p /var/log/provision
+echo "$(date --iso-8601=seconds) inference-gateway on_create: instance ready" >> /var/log/provision/provisioning.log
+"""
+
+
+def lifecycle_source(bucket: str) -> str:
+    return f"s3://{bucket}/{LIFECYCLE_PREFIX}"
+
+
+def lifecycle_key() -> str:
+    return f"{LIFECYCLE_PREFIX}/{ON_CREATE}"
+
+
+def kubernetes_labels(group: InstanceGroupSettings) -> dict[str, str]:
+    """GPU groups carry the label model pods select, like the managed GPU nodes on plain EKS."""
+    stack_labels = node_labels() if group.gpus_per_instance else {NODE_POOL_LABEL: "system"}
+    return {**stack_labels, **group.labels}
+
+
+def kubernetes_taints(group: InstanceGroupSettings) -> list[dict[str, str]]:
+    # GPU instances keep CPU-only pods off, as on plain EKS; model pods tolerate the taint.
+    stack_taints = [{"key": GPU_TAINT_KEY, "value": "true", "effect": "NoSchedule"}] if group.gpus_per_instance else []
+    own = [{"key": t.key, "value": t.value, "effect": t.effect} for t in group.taints]
+    return stack_taints + [t for t in own if t["key"] not in {s["key"] for s in stack_taints}]
+
+
+def instance_group(group: InstanceGroupSettings, *, execution_role_arn: Any, lifecycle_uri: Any) -> dict[str, Any]:
+    """One instance group, keyed by pulumi-aws-native's argument names."""
+    spec: dict[str, Any] = {
+        "instance_group_name": group.name,
+        "instance_type": group.instance_type,
+        "instance_count": group.count,
+        "execution_role": execution_role_arn,
+        "threads_per_core": group.threads_per_core,
+        "life_cycle_config": {"source_s3_uri": lifecycle_uri, "on_create": ON_CREATE},
+        "kubernetes_config": {"labels": kubernetes_labels(group), "taints": kubernetes_taints(group)},
+    }
+    if group.extra_storage_gib is not None:
+        spec["instance_storage_configs"] = [{"ebs_volume_config": {"volume_size_in_gb": group.extra_storage_gib}}]
+    if group.deep_health_checks:
+        spec["on_start_deep_health_checks"] = list(group.deep_health_checks)
+    return spec
+
+
+def execution_role_trust() -> str:
+    """HyperPod's instances assume the role through the SageMaker service, nothing else."""
+    return iam.policy(iam.service_trust_statement(iam.SAGEMAKER_SERVICE))
+
+
+def execution_role_policy(*, partition: str, region: str, account: str, eks_cluster_name: str,
+                          lifecycle_bucket_arn: str, subnet_ids: list[str], security_group_id: str) -> str:
+    """What an instance needs beyond the managed policy: the VPC CNI's ENI calls in the cluster's
+    subnets and security group, ECR pulls, pod identity on this cluster, reading the lifecycle script."""
+    ec2 = f"arn:{partition}:ec2:{region}:{account}"
+    return iam.policy(
+        iam.allow(["ec2:AssignPrivateIpAddresses", "ec2:AttachNetworkInterface", "ec2:CreateNetworkInterface",
+                   "ec2:CreateNetworkInterfacePermission", "ec2:DeleteNetworkInterface",
+                   "ec2:DeleteNetworkInterfacePermission", "ec2:DetachNetworkInterface",
+                   "ec2:ModifyNetworkInterfaceAttribute", "ec2:UnassignPrivateIpAddresses"],
+                  [f"{ec2}:network-interface/*", f"{ec2}:instance/*", *(f"{ec2}:subnet/{s}" for s in subnet_ids),
+                   f"{ec2}:security-group/{security_group_id}"]),
+        iam.allow(["ec2:CreateTags"], [f"{ec2}:network-interface/*"]),
+        iam.allow(["ec2:DescribeDhcpOptions", "ec2:DescribeInstanceTypes", "ec2:DescribeInstances",
+                   "ec2:DescribeNetworkInterfaces", "ec2:DescribeSecurityGroups", "ec2:DescribeSubnets",
+                   "ec2:DescribeTags", "ec2:DescribeVpcs", "cloudwatch:DescribeAlarms"]),
+        iam.allow(["ecr:BatchCheckLayerAvailability", "ecr:BatchGetImage", "ecr:GetAuthorizationToken",
+                   "ecr:GetDownloadUrlForLayer"]),
+        iam.allow(["eks-auth:AssumeRoleForPodIdentity"], [eks_cluster_arn(partition, region, account, eks_cluster_name)]),
+        iam.allow(["s3:ListBucket", "s3:GetObject"], iam.bucket_arns(lifecycle_bucket_arn)),
+    )
+
+
+def eks_cluster_arn(partition: str, region: str, account: str, name: str) -> str:
+    return f"arn:{partition}:eks:{region}:{account}:cluster/{name}"
+
+
+def dependencies_values() -> dict[str, Any]:
+    """Exactly one NVIDIA device plugin runs on HyperPod: the chart's (the stack installs its own
+    only on plain EKS). It is the chart's default; stated so a changed default cannot drop it."""
+    return {"nvidia-device-plugin": {"devicePlugin": {"enabled": True}}}

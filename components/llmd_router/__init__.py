@@ -1,0 +1,3 @@
+from .component import LlmdRouter
+
+__all__ = ["LlmdRouter"]

@@ -1,0 +1,3 @@
+from .component import PrivateBucket
+
+__all__ = ["PrivateBucket"]

@@ -1,0 +1,147 @@
+"""Every request form the upstream picker routes, sent through `serve` to two real vLLM servers
+with the real `openai` client; and the tiny model's tokenizer counting what the servers count."""
+
+from __future__ import annotations
+
+import json
+import urllib.error
+import urllib.request
+
+import openai
+import pytest
+
+from routing.picker import Request
+from routing.prefix import HFTokenizerFile, server_tokens
+from routing.serve import DECISION_HEADER, EXPLAIN_HEADER, ROUTED_HEADER, start_gateway
+from routing.vllm_server import SERVED_MODEL, VllmPair
+
+SEED = 5
+PNG_URL = ("data:image/png;base64,iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8BQDwAEhQGAhKmMIQAAAABJ"
+           "RU5ErkJggg==")
+
+
+@pytest.fixture
+def gateway(pair: VllmPair):
+    with start_gateway(pair.backends, seed=SEED) as running:
+        yield running
+
+
+@pytest.fixture
+def client(gateway) -> openai.OpenAI:
+    return openai.OpenAI(base_url=gateway.url + "/v1", api_key="not-checked", max_retries=0, timeout=120)
+
+
+def routed(raw) -> str:
+    return raw.headers[ROUTED_HEADER]
+
+
+def test_completion_forms_are_routed_and_served(client, gateway, pair):
+    backends = set(pair.backends)
+    text = client.completions.with_raw_response.create(model=SERVED_MODEL, prompt="the pod and the gateway",
+                                                       max_tokens=2)
+    several = client.completions.with_raw_response.create(model=SERVED_MODEL, prompt=["first prompt", "second"],
+                                                          max_tokens=2)
+    token_ids = client.completions.with_raw_response.create(model=SERVED_MODEL, prompt=[40, 41, 42, 43, 44],
+                                                            max_tokens=2)
+    salted = client.completions.with_raw_response.create(model=SERVED_MODEL, prompt="tenant text", max_tokens=2,
+                                                         extra_body={"cache_salt": "tenant-a"})
+    assert {routed(raw) for raw in (text, several, token_ids, salted)} <= backends
+    assert len(several.parse().choices) == 2  # vLLM ran both prompts
+    assert token_ids.parse().usage.prompt_tokens == 5
+    stream = client.completions.create(model=SERVED_MODEL, prompt="streamed", max_tokens=3, stream=True)
+    assert sum(1 for _ in stream) >= 1
+    assert len(gateway.gateway.history) == 5
+
+
+def test_chat_forms_are_routed_and_served(client, gateway, pair):
+    parts = client.chat.completions.with_raw_response.create(
+        model=SERVED_MODEL, max_tokens=2,
+        messages=[{"role": "system", "content": "Be brief."},
+                  {"role": "user", "content": [{"type": "text", "text": "name one"}, {"type": "text", "text": "factor"}]}])
+    assert routed(parts) in pair.backends and parts.parse().choices
+    stream = client.chat.completions.create(model=SERVED_MODEL, max_tokens=3, stream=True,
+                                            messages=[{"role": "user", "content": "hello"}])
+    assert sum(1 for _ in stream) >= 1
+    # An image part: the picker routes it (as upstream does, with placeholder tokens); this
+    # text-only model then refuses it, and that refusal is vLLM's, passed back.
+    with pytest.raises(openai.BadRequestError):
+        client.chat.completions.create(model=SERVED_MODEL, max_tokens=2, messages=[{"role": "user", "content": [
+            {"type": "text", "text": "what is this"}, {"type": "image_url", "image_url": {"url": PNG_URL}}]}])
+    assert len(gateway.gateway.history) == 3
+
+
+def post(url: str, body: dict) -> tuple[int, dict, dict]:
+    request = urllib.request.Request(url, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(request, timeout=120) as response:
+            return response.status, dict(response.headers), json.load(response)
+    except urllib.error.HTTPError as error:
+        return error.code, dict(error.headers), json.load(error)
+
+
+def test_responses_messages_generate_and_render_are_routed_and_served(client, gateway, pair):
+    response = client.responses.with_raw_response.create(model=SERVED_MODEL, input="name one factor",
+                                                         instructions="be brief", max_output_tokens=16)
+    assert routed(response) in pair.backends and response.parse().output
+    # No Anthropic or vLLM-native client here: the wire format, as those clients send it.
+    status, headers, answer = post(gateway.url + "/v1/messages", {
+        "model": SERVED_MODEL, "max_tokens": 2, "system": "be brief",
+        "messages": [{"role": "user", "content": [{"type": "text", "text": "hi"}]}]})
+    assert status == 200 and headers[ROUTED_HEADER] in pair.backends and answer["content"] is not None
+    status, headers, answer = post(gateway.url + "/v1/messages/count_tokens", {
+        "model": SERVED_MODEL, "messages": [{"role": "user", "content": "count these"}]})
+    assert status == 200 and headers[ROUTED_HEADER] in pair.backends and answer["input_tokens"] > 0
+    # vLLM serves generate and render only with --enable-scale-out (off here): routed all the
+    # same, and the refusal is vLLM's.
+    for path, body in (("/inference/v1/generate", {"model": SERVED_MODEL, "token_ids": [40, 41, 42, 43],
+                                                   "sampling_params": {"max_tokens": 2}}),
+                       ("/v1/completions/render", {"model": SERVED_MODEL, "prompt": "render this"}),
+                       ("/v1/chat/completions/render", {"model": SERVED_MODEL,
+                                                        "messages": [{"role": "user", "content": "render"}]})):
+        status, headers, answer = post(gateway.url + path, body)
+        assert headers[ROUTED_HEADER] in pair.backends, path
+        assert status == 200 or "--enable-scale-out" in answer["error"]["message"], (path, answer)
+    assert len(gateway.gateway.history) == 6
+
+
+def test_embeddings_are_routed_as_upstream_routes_them(client, gateway, pair):
+    # Whether this generative model embeds is vLLM's business; the request is picked for first.
+    try:
+        raw = client.embeddings.with_raw_response.create(model=SERVED_MODEL, input=["embed me", "and me"])
+        assert routed(raw) in pair.backends
+    except openai.APIStatusError as error:
+        assert error.response.headers[ROUTED_HEADER] in pair.backends
+    assert len(gateway.gateway.history) == 1
+
+
+def test_unrouted_paths_pass_through_and_the_breakdown_comes_when_asked(client, gateway, pair):
+    assert [model.id for model in client.models.list()] == [SERVED_MODEL]
+    body = json.dumps({"model": SERVED_MODEL, "prompt": "the pod"}).encode()
+    request = urllib.request.Request(gateway.url + "/tokenize", data=body, headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=30) as response:
+        assert json.load(response)["tokens"] == pair.tokenizer.encode("the pod")
+    with urllib.request.urlopen(gateway.url + "/metrics", timeout=30) as response:
+        assert b"vllm:num_requests_running" in response.read()
+    assert not gateway.gateway.history
+    raw = client.completions.with_raw_response.create(model=SERVED_MODEL, prompt="explain this pick", max_tokens=1,
+                                                      extra_headers={EXPLAIN_HEADER: "true"})
+    decision = json.loads(raw.headers[DECISION_HEADER])
+    assert decision["chosen"] == routed(raw) and {pod["pod"] for pod in decision["pods"]} == set(pair.backends)
+    assert {part["scorer"] for part in decision["pods"][0]["scorers"]} == {
+        "queue-scorer", "kv-cache-utilization-scorer", "prefix-cache-scorer"}
+
+
+def test_the_shipped_tokenizer_counts_what_the_server_counts(pair):
+    tokenizer = HFTokenizerFile(pair.servers[0].model_dir)
+    prompts = ["Guideline 12: consider queue depth 345 and KV cache 6789.", "rule 0.1 keep answers grounded 2026",
+               "You are an expert cloud infrastructure assistant", "x-17-gateway-3 ; 42"]
+    assert [tokenizer.encode(prompt) for prompt in prompts] == [pair.tokenizer.encode(prompt) for prompt in prompts]
+    messages = [{"role": "system", "content": "Be brief 12."},
+                {"role": "user", "content": [{"type": "text", "text": "hi"}, {"type": "text", "text": "there 345"}]}]
+    body = json.dumps({"model": SERVED_MODEL, "messages": messages, "add_generation_prompt": True}).encode()
+    request = urllib.request.Request(pair.servers[0].url + "/tokenize", data=body,
+                                     headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=30) as response:
+        served = json.load(response)["tokens"]
+    chat = Request.from_openai_body({"model": SERVED_MODEL, "messages": messages})
+    assert server_tokens(tokenizer, chat) == [served]
