@@ -1,4 +1,4 @@
-"""`python -m routing COMMAND`: predict, verify, serve and demo the endpoint picker's routing.
+"""`python -m routing COMMAND`: predict, calibrate, verify, serve and demo the endpoint picker's routing.
 
 Each command's module registers its own subcommand with `add_parser(subparsers)`, setting
 `func`: a callable taking the parsed arguments and returning the exit status.
@@ -9,9 +9,9 @@ from __future__ import annotations
 import argparse
 import sys
 
-from . import demo, predict, serve, verify
+from . import calibrate, demo, predict, serve, verify
 
-COMMANDS = (predict, verify, serve, demo)
+COMMANDS = (predict, calibrate, verify, serve, demo)
 
 
 def build_parser() -> argparse.ArgumentParser:

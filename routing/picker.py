@@ -577,19 +577,22 @@ class EndpointPicker:
                   for name, scorer in self._scorers.items()}
         # LDR scheduling/scheduler_profile.go@v0.10.0 runScorerPlugins: total = Σ weight·clamp(score),
         # no normalising, accumulated scorer by scorer.
+        # Comprehensions add scorer by scorer, in the same order, as a loop from 0.0 would.
         totals = dict.fromkeys(names, 0.0)
         for scorer, weight in self.weights.items():
-            for pod, score in scores[scorer].items():
-                # _clamp, inlined: this loop runs scorers × pods times per pick.
-                totals[pod] += weight * (0.0 if score < 0.0 else 1.0 if score > 1.0 else score)
+            # _clamp, inlined: this runs scorers × pods times per pick.
+            totals = {pod: totals[pod] + weight * (0.0 if score < 0.0 else 1.0 if score > 1.0 else score)
+                      for pod, score in scores[scorer].items()}
 
         # LDR picker/maxscore/picker.go@v0.10.0: shuffle, then stable sort by score, highest
         # first, so equal totals are broken uniformly at random. With maxNumOfEndpoints > 1 the
-        # request still goes to the first.
-        order = list(names)
-        self._rng.shuffle(order)
-        order.sort(key=lambda name: -totals[name])
-        chosen = order[0]
+        # request still goes to the first. Done here as random.shuffle does it, draw for draw
+        # (so a seed gives the same picks), then the first highest total in that order: the
+        # stable sort's first element, without sorting.
+        order = names
+        _shuffle(order, self._rng)
+        best = max(totals.values())
+        chosen = next(name for name in order if totals[name] == best)
 
         for name, producer in self._producers.items():
             producer.record(matches[name], by_name[chosen])
@@ -601,6 +604,19 @@ class EndpointPicker:
                         scores=MappingProxyType({k: MappingProxyType(v) for k, v in scores.items()}),
                         match_blocks=MappingProxyType(first.match_blocks if first else {}),
                         total_blocks=first.total_blocks if first else 0, weights=self.weights)
+
+
+def _shuffle(items: list, rng: random.Random) -> None:
+    """`rng.shuffle(items)`, draw for draw, in half the time: CPython's shuffle takes, for i from
+    the end, j = getrandbits(bit_length(i + 1)) until j <= i, through two method calls a draw."""
+    getrandbits = rng.getrandbits
+    for i in range(len(items) - 1, 0, -1):
+        bound = i + 1
+        bits = bound.bit_length()
+        j = getrandbits(bits)
+        while j >= bound:
+            j = getrandbits(bits)
+        items[i], items[j] = items[j], items[i]
 
 
 def _single_profile(config: EndpointPickerConfig) -> SchedulingProfile:

@@ -8,13 +8,19 @@ these caches; like the real one it sees only the pods' metrics and its own index
 
 from __future__ import annotations
 
-from collections import OrderedDict
+import heapq
+import itertools
+import random
+from collections import OrderedDict, deque
 from dataclasses import dataclass
-from typing import Iterable, Sequence
+from typing import Callable, Iterable, Mapping, Sequence
 
+from .arrivals import LoadPlan
+from .engine import Engine, EngineRequest
+from .latency import EngineLimits, LatencyModel
 from .metrics import DeltaReport, PodDelta
-from .picker import DEFAULT_LRU_CAPACITY_PER_SERVER, Picker, PodMetrics, Request
-from .prefix import Tokenizer, server_block_keys
+from .picker import DEFAULT_LRU_CAPACITY_PER_SERVER, Decision, Picker, PodMetrics, Request
+from .prefix import Tokenizer, server_block_keys, server_tokens
 
 # vLLM's default KV block size on GPUs (on CPU it is 128).
 DEFAULT_BLOCK_SIZE = 16
@@ -53,6 +59,10 @@ class SimulatedServer:
     def cached_blocks(self) -> int:
         return len(self._cache)
 
+    def counters(self) -> PodDelta:
+        """Requests, hits and queries counted so far (what verify reads as a delta from zero)."""
+        return PodDelta(self.name, self.requests, self.hits, self.queries)
+
     def metrics(self) -> PodMetrics:
         """The pod's /metrics as the picker scrapes them between two serial requests.
 
@@ -63,9 +73,10 @@ class SimulatedServer:
         """
         return PodMetrics(name=self.name, block_size=self.block_size, num_gpu_blocks=self.capacity_blocks)
 
-    def serve(self, num_tokens: int, block_keys: Sequence[int]) -> None:
+    def serve(self, num_tokens: int, block_keys: Sequence[int]) -> int:
         """Serves a prompt of `num_tokens` tokens, cut into this server's block keys (full blocks
-        only, `prefix.server_block_keys`), and counts its prefix-cache lookup."""
+        only, `prefix.server_block_keys`), counts its prefix-cache lookup and returns its hit
+        in tokens."""
         cached_run = 0
         for key in block_keys:
             if key not in self._cache:
@@ -78,6 +89,7 @@ class SimulatedServer:
         self.hits += hit_blocks * self.block_size
         self.queries += num_tokens
         self._remember(block_keys)
+        return hit_blocks * self.block_size
 
     def _remember(self, block_keys: Sequence[int]) -> None:
         # When a request finishes vLLM frees its blocks in reverse order, so among them the
@@ -92,21 +104,36 @@ class SimulatedServer:
 
 
 @dataclass(frozen=True)
+class Explained:
+    """One pick as the picker made it: what it saw of each pod, and its decision."""
+
+    index: int
+    replica: int
+    at: float
+    seen: tuple[PodMetrics, ...]
+    decision: Decision
+
+
+@dataclass(frozen=True)
 class SimulationResult(DeltaReport):
-    """A fleet's counters after a replay (the shape `verify` measures) and where each request
-    went, in order."""
+    """A fleet's counters after a replay (the shape `verify` measures) and, per request in
+    order, where it went, its prompt length and its prefix-cache hit (tokens)."""
 
     placements: tuple[str, ...] = ()
+    prompt_lens: tuple[int, ...] = ()
+    hit_tokens: tuple[int, ...] = ()
+    explained: Explained | None = None
 
 
 def simulate_side_by_side(workload: Iterable[Request],
                           fleets: Sequence[tuple[Sequence[SimulatedServer], Picker]],
-                          tokenizer: Tokenizer) -> list[SimulationResult]:
+                          tokenizer: Tokenizer, explain: int | None = None) -> list[SimulationResult]:
     """Replays one workload through several independent fleets, tokenizing each request once.
 
     Requests are serial, like the seed's curl loop: each one finishes before the next is
     picked, so every pick sees idle pods (see `SimulatedServer.metrics`). The counters
     returned are each server's totals, so a fleet of fresh servers reports just this replay.
+    `explain` keeps the first fleet's decision for that request (0 = the first).
     """
     by_name = [{server.name: server for server in servers} for servers, _ in fleets]
     for (servers, _), named in zip(fleets, by_name):
@@ -114,16 +141,272 @@ def simulate_side_by_side(workload: Iterable[Request],
             raise ValueError(f"each fleet needs at least one server and unique names, got "
                              f"{[server.name for server in servers]}")
     placements: list[list[str]] = [[] for _ in fleets]
-    for request in workload:
-        tokens = tokenizer.encode(request.prompt)
-        keys_by_block_size: dict[int, list[int]] = {}
-        for (servers, picker), named, placed in zip(fleets, by_name, placements):
-            decision = picker.pick(request, [server.metrics() for server in servers])
+    hits: list[list[int]] = [[] for _ in fleets]
+    lens: list[int] = []
+    explained = None
+    for index, request in enumerate(workload):
+        # What the server computes: one sequence per prompt (several for a batch completion),
+        # a chat through the model's chat template when the tokenizer has one.
+        sequences = server_tokens(tokenizer, request)
+        lens.append(sum(map(len, sequences)))
+        keys_by_block_size: dict[int, list[list[int]]] = {}
+        for fleet, ((servers, picker), named, placed) in enumerate(zip(fleets, by_name, placements)):
+            seen = [server.metrics() for server in servers]
+            decision = picker.pick(request, seen)
+            if index == explain and fleet == 0:
+                explained = Explained(index, 0, 0.0, tuple(seen), decision)
             server = named[decision.pod]
             keys = keys_by_block_size.get(server.block_size)
             if keys is None:
-                keys = keys_by_block_size[server.block_size] = server_block_keys(tokens, server.block_size)
-            server.serve(len(tokens), keys)
+                keys = keys_by_block_size[server.block_size] = [server_block_keys(tokens, server.block_size)
+                                                                for tokens in sequences]
+            hits[fleet].append(sum(server.serve(len(tokens), sequence_keys)
+                                   for tokens, sequence_keys in zip(sequences, keys)))
             placed.append(server.name)
-    return [SimulationResult(tuple(PodDelta(s.name, s.requests, s.hits, s.queries) for s in servers), tuple(placed))
-            for (servers, _), placed in zip(fleets, placements)]
+    return [SimulationResult(tuple(server.counters() for server in servers), tuple(placed),
+                             tuple(lens), tuple(fleet_hits), explained if fleet == 0 else None)
+            for fleet, ((servers, _), placed, fleet_hits) in enumerate(zip(fleets, placements, hits))]
+
+
+# -- under load ----------------------------------------------------------------------------------
+
+# The picker refreshes every pod's metrics this often (LDR server/options.go@v0.10.0,
+# --refresh-metrics-interval 50ms).
+DEFAULT_SCRAPE_INTERVAL = 0.05
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """A workload's requests tokenized once for every fleet: lengths and the server's block keys."""
+
+    requests: tuple[Request, ...]
+    prompt_lens: tuple[int, ...]
+    output_lens: tuple[int, ...]
+    keys: tuple[tuple[int, ...], ...]
+    block_size: int
+
+
+def prepare(requests: Sequence[Request], output_lens: Sequence[int], tokenizer: Tokenizer,
+            block_size: int) -> Prepared:
+    lens, keys = [], []
+    for index, request in enumerate(requests):
+        sequences = server_tokens(tokenizer, request)
+        if len(sequences) != 1:
+            raise UnsupportedRequest(f"workload request {index} holds {len(sequences)} prompts in one completion: "
+                                     "under load each request is simulated as one sequence; predict it serially "
+                                     "(no --rate/--concurrency, no \"at\" times) or split it into one request per "
+                                     "prompt")
+        lens.append(len(sequences[0]))
+        keys.append(tuple(server_block_keys(sequences[0], block_size)))
+    return Prepared(tuple(requests), tuple(lens), tuple(output_lens), tuple(keys), block_size)
+
+
+class UnsupportedRequest(ValueError):
+    """A request the simulation under load does not model, with what to do instead."""
+
+
+@dataclass(frozen=True)
+class Fleet:
+    """Servers and the picker in front of them.
+
+    `pickers` are the picker's replicas: each request goes to one of them at random, and
+    each keeps its own prefix index and scrapes every pod on its own clock.
+    """
+
+    names: tuple[str, ...]
+    pickers: tuple[Picker, ...]
+    num_gpu_blocks: int
+    limits: EngineLimits
+    latency: LatencyModel
+    scrape_interval: float = DEFAULT_SCRAPE_INTERVAL
+    reads_metrics: bool = True  # False for round-robin, which never looks at the pods
+    # Fresh replicas for the plan's weight change number n (weights, n); None: weights never change.
+    repick: Callable[[Mapping[str, int], int], tuple[Picker, ...]] | None = None
+
+
+@dataclass(frozen=True)
+class LoadResult(SimulationResult):
+    """A replay under load: the counters, where each request went, and per request (in
+    workload order) its TTFT and time in the server's waiting queue, in seconds."""
+
+    ttfts: tuple[float, ...] = ()
+    queue_times: tuple[float, ...] = ()
+    duration: float = 0.0
+    # Per request: when it was sent and when its last token came back (simulated seconds).
+    sent_at: tuple[float, ...] = ()
+    finished_at: tuple[float, ...] = ()
+
+
+class _Scrapes:
+    """What one pod published over time, as the picker's scrapes read it."""
+
+    __slots__ = ("history",)
+
+    def __init__(self, idle: PodMetrics):
+        # Pods existed, idle and scraped, before the workload started.
+        self.history: deque[tuple[float, PodMetrics]] = deque([(float("-inf"), idle)])
+
+    def publish(self, now: float, metrics: PodMetrics) -> None:
+        self.history.append((now, metrics))
+
+    def seen_at(self, scrape_time: float, keep_after: float) -> PodMetrics:
+        history = self.history
+        # No later pick reads a scrape older than one interval before now: drop what it replaced.
+        while len(history) > 1 and history[1][0] <= keep_after:
+            history.popleft()
+        for index in range(len(history) - 1, -1, -1):
+            if history[index][0] <= scrape_time:
+                return history[index][1]
+        return history[0][1]
+
+
+def simulate_under_load(prepared: Prepared, plan: LoadPlan, fleet: Fleet, *, seed: int | None = None,
+                        explain: int | None = None) -> LoadResult:
+    """Replays `prepared` as `plan` sends it onto `fleet`, in simulated time.
+
+    The picker picks when a request is sent, from each pod's gauges as of its last scrape
+    (each (replica, pod) scraped every `scrape_interval` from its own random phase); the
+    request reaches the engine the latency model's overhead later; TTFT runs from the send to the end
+    of the step that samples its first token.
+    """
+    rng = random.Random(seed)
+    count = len(prepared.requests)
+    block_size = prepared.block_size
+    engines = [Engine(name, block_size, fleet.num_gpu_blocks, fleet.limits, fleet.latency, rng) for name in fleet.names]
+    for prompt_len, output_len in zip(prepared.prompt_lens, prepared.output_lens):
+        engines[0].check_fits(prompt_len, output_len)
+    by_name = {engine.name: index for index, engine in enumerate(engines)}
+    idle = [PodMetrics(name=name, block_size=block_size, num_gpu_blocks=fleet.num_gpu_blocks) for name in fleet.names]
+    scrapes = [_Scrapes(pod) for pod in idle]
+    interval = fleet.scrape_interval
+    phases = [[rng.random() * interval for _ in engines] for _ in fleet.pickers]
+    overhead = fleet.latency.overhead_seconds
+
+    sent_at = [0.0] * count
+    ttfts = [0.0] * count
+    queue_times = [0.0] * count
+    placements: list[str] = [""] * count
+    explained: Explained | None = None
+    events: list[tuple[float, int, int, int]] = []  # (time, tie-break order, kind, payload)
+    order = itertools.count()
+    SEND, ARRIVE, STEP_END, WEIGHTS = 0, 1, 2, 3
+    stepping = [False] * len(engines)
+    pickers = list(fleet.pickers)
+    if fleet.repick is not None:
+        for number, change in enumerate(plan.weight_changes):
+            heapq.heappush(events, (change.at, next(order), WEIGHTS, number))
+
+    def send(index: int, now: float) -> None:
+        nonlocal explained
+        replica = rng.randrange(len(fleet.pickers)) if len(fleet.pickers) > 1 else 0
+        if fleet.reads_metrics:
+            keep_after = now - interval
+            seen = [scrape.seen_at(now - (now - phase) % interval, keep_after)
+                    for scrape, phase in zip(scrapes, phases[replica])]
+        else:
+            seen = idle
+        decision = pickers[replica].pick(prepared.requests[index], seen)
+        if index == explain:
+            explained = Explained(index, replica, now, tuple(seen), decision)
+        sent_at[index] = now
+        placements[index] = decision.pod
+        heapq.heappush(events, (now + overhead(prepared.prompt_lens[index]), next(order), ARRIVE, index))
+
+    # Sessions: a turn waits for its session's previous turn.
+    session_of = plan.sessions
+    turns: dict[str, deque[int]] = {}
+    for index, session in enumerate(session_of):
+        if session is not None:
+            turns.setdefault(session, deque()).append(index)
+    busy_sessions: set[str] = set()
+    deferred: dict[str, deque[int]] = {}
+    ready: list[int] = []  # closed loop: requests whose session is free, in workload order
+    in_flight = 0
+
+    def dispatch(now: float) -> None:
+        nonlocal in_flight
+        while ready and in_flight < plan.concurrency:
+            index = heapq.heappop(ready)
+            in_flight += 1
+            if session_of[index] is not None:
+                busy_sessions.add(session_of[index])
+            send(index, now)
+
+    if plan.concurrency is not None:
+        ready = [index for index, session in enumerate(session_of) if session is None]
+        ready += [queue[0] for queue in turns.values()]
+        heapq.heapify(ready)
+        dispatch(0.0)
+    else:
+        for index, at in enumerate(plan.send_at):
+            heapq.heappush(events, (at, next(order), SEND, index))
+
+    hit_tokens = [0] * count
+
+    def on_first_token(seq: EngineRequest, now: float) -> None:
+        hit_tokens[seq.index] = seq.hit_tokens
+        ttfts[seq.index] = now - sent_at[seq.index]
+        queue_times[seq.index] = seq.scheduled_at - seq.engine_arrival
+
+    finished_at = [0.0] * count
+
+    def on_finish(seq: EngineRequest, now: float) -> None:
+        nonlocal in_flight
+        finished_at[seq.index] = now
+        session = session_of[seq.index]
+        if plan.concurrency is not None:
+            in_flight -= 1
+            if session is not None:
+                busy_sessions.discard(session)
+                queue = turns[session]
+                queue.popleft()
+                if queue:
+                    heapq.heappush(ready, queue[0])
+            dispatch(now)
+        elif session is not None:
+            busy_sessions.discard(session)
+            waiting = deferred.get(session)
+            if waiting:
+                busy_sessions.add(session)
+                send(waiting.popleft(), now)
+
+    def start_step(engine_index: int, now: float) -> None:
+        engine = engines[engine_index]
+        duration = engine.schedule(now)
+        stepping[engine_index] = True
+        heapq.heappush(events, (now + duration, next(order), STEP_END, engine_index))
+
+    now = 0.0
+    while events:
+        now, _, kind, payload = heapq.heappop(events)
+        if kind == SEND:
+            session = session_of[payload]
+            if session is not None:
+                if session in busy_sessions:
+                    deferred.setdefault(session, deque()).append(payload)
+                    continue
+                busy_sessions.add(session)
+            send(payload, now)
+        elif kind == WEIGHTS:
+            pickers[:] = fleet.repick(plan.weight_changes[payload].weights, payload)
+        elif kind == ARRIVE:
+            engine_index = by_name[placements[payload]]
+            engines[engine_index].add(EngineRequest(payload, prepared.prompt_lens[payload], prepared.keys[payload],
+                                                    prepared.output_lens[payload], now))
+            if not stepping[engine_index]:
+                start_step(engine_index, now)
+        else:
+            engine = engines[payload]
+            stepping[payload] = False
+            engine.finish_step(now, on_first_token, on_finish)
+            published = engine.published
+            scrapes[payload].publish(now, PodMetrics(name=engine.name, waiting=published.waiting,
+                                                     running=published.running, kv_usage=published.kv_usage,
+                                                     block_size=block_size, num_gpu_blocks=fleet.num_gpu_blocks))
+            if engine.busy:
+                start_step(payload, now)
+
+    pods = tuple(PodDelta(engine.name, engine.finished, engine.hits, engine.queries) for engine in engines)
+    start = min(sent_at) if count else 0.0
+    return LoadResult(pods, tuple(placements), prepared.prompt_lens, tuple(hit_tokens), explained, tuple(ttfts),
+                      tuple(queue_times), now - start, tuple(sent_at), tuple(finished_at))

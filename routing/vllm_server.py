@@ -121,14 +121,15 @@ def cpu_for(index: int) -> str:
 
 
 def build_model(out_dir: Path, vllm_python: str, progress: Callable[[str], None] = print,
-                hidden_size: int = 128) -> Path:
+                hidden_size: int = 128, layers: int = 2) -> Path:
     """Build the tiny model (routing.tinymodel) with the vLLM venv's python, unless already built."""
     if tinymodel.is_built(out_dir):
         progress(f"tiny model already built in {out_dir}")
         return out_dir
     progress(f"building the tiny model in {out_dir} ...")
     started = time.monotonic()
-    command = [vllm_python, "-m", "routing.tinymodel", str(out_dir), "--hidden-size", str(hidden_size)]
+    command = [vllm_python, "-m", "routing.tinymodel", str(out_dir), "--hidden-size", str(hidden_size),
+               "--layers", str(layers)]
     result = subprocess.run(command, cwd=REPO_ROOT, capture_output=True, text=True, timeout=300)
     if result.returncode != 0:
         raise VllmStartError(f"building the tiny model failed (exit {result.returncode}):\n{result.stderr[-2000:]}")
@@ -311,12 +312,12 @@ def wait_until_healthy(servers: list[VllmServer], timeout: float = DEFAULT_START
 
 def start_servers(count: int, model_dir: Path, served_model_name: str, vllm_python: str, log_dir: Path,
                   timeout: float = DEFAULT_START_TIMEOUT, out: TextIO | None = None,
-                  max_model_len: int = tinymodel.MAX_MODEL_LEN) -> list[VllmServer]:
+                  max_model_len: int = tinymodel.MAX_MODEL_LEN, extra_args: tuple[str, ...] = ()) -> list[VllmServer]:
     """Start `count` servers pinned to different cores and wait for all; stops them all on failure."""
     out = out or sys.stdout
     servers = [VllmServer(name=f"vllm-{chr(ord('a') + i)}", model_dir=model_dir, served_model_name=served_model_name,
                           vllm_python=vllm_python, log_path=log_dir / f"vllm-{chr(ord('a') + i)}.log",
-                          cpu_bind=cpu_for(i), max_model_len=max_model_len)
+                          cpu_bind=cpu_for(i), max_model_len=max_model_len, extra_args=extra_args)
                for i in range(count)]
     try:
         for server in servers:
@@ -418,18 +419,21 @@ class VllmPair:
 
 @contextmanager
 def vllm_pair(model_dir: Path, log_dir: Path, vllm_python: str, *, out: TextIO | None = None,
-              timeout: float = DEFAULT_START_TIMEOUT, hidden_size: int = 128) -> Iterator[VllmPair]:
+              timeout: float = DEFAULT_START_TIMEOUT, hidden_size: int = 128, layers: int = 2,
+              extra_args: tuple[str, ...] = ()) -> Iterator[VllmPair]:
     """Build the tiny model into `model_dir` (unless built), start two servers of it logging to
-    `log_dir`, read their cache config; stop them on the way out. Failures are StepErrors."""
+    `log_dir` (with `extra_args` for vLLM), read their cache config; stop them on the way out.
+    Failures are StepErrors."""
     out = out or sys.stdout
     with step("building the tiny model", "the vLLM venv needs torch, transformers and tokenizers: recreate it "
                                          "with `bash .ci/setup-vllm.sh .venv-vllm` and pass its python"):
         build_model(model_dir, vllm_python, progress=lambda line: print(line, file=out, flush=True),
-                    hidden_size=hidden_size)
+                    hidden_size=hidden_size, layers=layers)
     print("starting two vLLM CPU servers (about 1-2 minutes on two cores) ...", file=out, flush=True)
     with step("starting two vLLM servers", f"read the server log shown above (in {log_dir}); on a busy machine "
                                            "raise --start-timeout"):
-        servers = start_servers(2, model_dir, SERVED_MODEL, vllm_python, log_dir, timeout, out)
+        servers = start_servers(2, model_dir, SERVED_MODEL, vllm_python, log_dir, timeout, out,
+                                tinymodel.MAX_MODEL_LEN, extra_args)
     try:
         with step(f"reading {servers[0].url}/metrics for vllm:cache_config_info",
                   f"the server must be vLLM 0.9.2 or later and still up: see {log_dir}"):

@@ -1,0 +1,71 @@
+"""Predicted against measured under load, on two real vLLM CPU servers behind `serve`.
+
+    .venv/bin/python -m benchmarks.bench_under_load [--runs 3] [--seeds 5] [--vllm-python PATH]
+
+Starts two servers of a tiny model built here (wider than the demo's, so that prefill costs
+more than the two servers' contention for two cores), with a small KV cache (80 blocks of
+128 tokens each, `--num-gpu-blocks-override`); calibrates them with `calibrate`; then sends
+three workloads with the real `openai` client through a fresh `serve` per run (caches
+emptied first), with the default weights, prefix=0,queue=3,kvCache=2 and round-robin, and
+predicts each with `predict`'s time-aware simulation from the calibrated profile. Prints
+measured (mean and range over --runs) against predicted (mean over --seeds), the errors,
+and the ranking of the three settings by hit rate on each side.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+from routing.calibrate import UrlPod, calibrate
+from routing.underload import HIDDEN_SIZE, LAYERS, SERVER_ARGS, compare, format_rows, ranking
+from routing.vllm_server import (DEFAULT_START_TIMEOUT, REPO_ROOT, StepError, VllmUnavailable, resolve_vllm_python,
+                                 vllm_pair)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--vllm-python", help="python of the vLLM venv (default: $VLLM_PYTHON, else .venv-vllm)")
+    parser.add_argument("--work-dir", type=Path, default=REPO_ROOT / "build" / "under-load",
+                        help="where the tiny model and the server logs go")
+    parser.add_argument("--runs", type=int, default=3, help="measured runs per workload and setting (default 3)")
+    parser.add_argument("--seeds", type=int, default=5, help="predicted runs (seeds) per workload and setting")
+    parser.add_argument("--only", action="append", help="run only this workload (repeatable)")
+    parser.add_argument("--start-timeout", type=float, default=DEFAULT_START_TIMEOUT)
+    args = parser.parse_args(argv)
+    if args.runs < 1 or args.seeds < 1:
+        parser.error("--runs and --seeds must be at least 1")
+    try:
+        python = resolve_vllm_python(args.vllm_python)
+    except VllmUnavailable as error:
+        print(f"bench: {error}", file=sys.stderr)
+        return 2
+    started = time.monotonic()
+    try:
+        with vllm_pair(args.work_dir / f"tiny-model-h{HIDDEN_SIZE}-l{LAYERS}", args.work_dir / "logs", python,
+                       timeout=args.start_timeout, hidden_size=HIDDEN_SIZE, layers=LAYERS,
+                       extra_args=SERVER_ARGS) as pair:
+            profile = calibrate([UrlPod(name, url) for name, url in pair.backends.items()],
+                                progress=lambda line: print(line, flush=True))
+            latency = profile.latency
+            print(f"calibrated: step {latency.step_s * 1000:.2f} ms + {latency.prefill_token_s * 1e6:.1f} µs/prompt "
+                  f"token + {latency.decode_seq_s * 1000:.2f} ms/decoding sequence, overhead "
+                  f"{latency.overhead_s * 1000:.1f} ms", flush=True)
+            rows = compare(pair, profile, runs=args.runs, seeds=args.seeds, out=sys.stdout, only=args.only)
+    except StepError as error:
+        print(f"bench: {error}\nbench: fix: {error.fix}", file=sys.stderr)
+        return 1
+    print(f"\n{format_rows(rows)}\n")
+    for experiment in dict.fromkeys(row.experiment for row in rows):
+        mine = [row for row in rows if row.experiment == experiment]
+        measured, predicted = ranking(mine, 0), ranking(mine, 1)
+        print(f"{experiment}: by hit rate, measured {' > '.join(measured)}; predicted {' > '.join(predicted)} "
+              f"-> {'same' if measured == predicted else 'DIFFERENT'}")
+    print(f"({time.monotonic() - started:.0f} s in all)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

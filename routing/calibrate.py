@@ -1,0 +1,401 @@
+"""`python -m routing calibrate`: measure live vLLM pods and write the latency profile `predict
+--latency-profile` uses.
+
+Sends a short calibration workload of its own to every pod at once (so the pods contend for
+the machine as they do under load), each pod's requests one after another in phases:
+prompts of three lengths with no shared prefix (prefill cost per token), then short
+prompts with long replies, alone and several at a time (decode cost per sequence). Times
+come from vLLM's own histograms, read from /metrics before and after each phase, never
+from the client's clock, so the API server's proxy in between adds nothing:
+
+- `vllm:request_prefill_time_seconds` and `vllm:request_prefill_kv_computed_tokens`: the
+  prefill step's time against the prompt tokens it computed;
+- `vllm:inter_token_latency_seconds`: a decode step's time at one and at N sequences;
+- `vllm:time_to_first_token_seconds` less queue and prefill time: the overhead outside the
+  engine.
+
+A least-squares fit of step = step_s + prefill_token_s × tokens + decode_seq_s × sequences
+gives the model; `vllm:cache_config_info` gives block size and KV blocks, and the server's
+/server_info (served with VLLM_SERVER_DEV_MODE=1) its max_num_seqs and max_num_batched_tokens.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import statistics
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping, Protocol, Sequence
+
+from .latency import EngineLimits, LatencyModel, LatencyProfile
+from .metrics import parse_metrics
+from .options import (OptionError, add_model_options, load_stack_model, named_url, positive_seconds,
+                      unique_named_urls)
+from .simulate import DEFAULT_SCRAPE_INTERVAL
+
+HISTOGRAMS = ("vllm:request_prefill_time_seconds", "vllm:request_prefill_kv_computed_tokens",
+              "vllm:request_queue_time_seconds", "vllm:time_to_first_token_seconds",
+              "vllm:inter_token_latency_seconds", "vllm:request_prompt_tokens")
+# Fractions of the server's max_model_len (capped) that the prefill phases' prompts aim at.
+PREFILL_TARGETS = (0.1, 0.3, 0.5)
+MAX_PREFILL_TOKENS = 3000
+DECODE_TOKENS = 32
+CONCURRENT_DECODES = 6
+REQUESTS_PER_PHASE = 8
+REQUEST_TIMEOUT = 120.0
+_WORDS = ("alpha bravo charlie delta echo foxtrot golf hotel india juliet kilo lima mike november oscar papa "
+          "quebec romeo sierra tango uniform victor whiskey xray yankee zulu the of and to in is that for on "
+          "are with as they at be this from have or by one had not but what all were when we there can").split()
+
+
+class CalibrateError(RuntimeError):
+    """A pod that cannot be calibrated, and why."""
+
+
+class PodChannel(Protocol):
+    name: str
+
+    def get(self, path: str) -> bytes: ...
+
+    def post(self, path: str, body: Mapping[str, Any]) -> bytes: ...
+
+
+@dataclass
+class UrlPod:
+    """A pod reached at its own URL (--pod-url NAME=URL)."""
+
+    name: str
+    url: str
+
+    def _call(self, request: urllib.request.Request) -> bytes:
+        try:
+            with urllib.request.urlopen(request, timeout=REQUEST_TIMEOUT) as response:
+                return response.read()
+        except (urllib.error.URLError, OSError) as error:
+            raise CalibrateError(f"--pod-url {self.name}={self.url}: {request.get_method()} {request.full_url} "
+                                 f"failed ({error}); is it a running vLLM server's base URL?") from None
+
+    def get(self, path: str) -> bytes:
+        return self._call(urllib.request.Request(self.url.rstrip("/") + path))
+
+    def post(self, path: str, body: Mapping[str, Any]) -> bytes:
+        return self._call(urllib.request.Request(self.url.rstrip("/") + path, data=json.dumps(body).encode(),
+                                                 headers={"Content-Type": "application/json"}, method="POST"))
+
+
+@dataclass
+class KubePod:
+    """A pod reached through the API server's pod proxy, as `verify` reads pods."""
+
+    name: str
+    api: Any  # verify.KubeApi
+    namespace: str
+    port: int
+
+    def _path(self, path: str) -> str:
+        return f"/api/v1/namespaces/{self.namespace}/pods/{self.name}:{self.port}/proxy{path}"
+
+    def _call(self, method: str, path: str, body: Mapping[str, Any] | None = None) -> bytes:
+        from .verify import api_failure
+
+        try:
+            status, data = self.api.call(method, self._path(path), body, timeout=REQUEST_TIMEOUT)
+        except Exception as error:  # ApiException, urllib3 errors, exec-auth failures
+            raise CalibrateError(api_failure(f"pod {self.name}: {method} {self._path(path)}", error,
+                                             f"kubectl get --raw {self._path('/metrics')}")) from None
+        if status != 200:
+            raise CalibrateError(f"pod {self.name}: {method} {path} answered HTTP {status}")
+        return data
+
+    def get(self, path: str) -> bytes:
+        return self._call("GET", path)
+
+    def post(self, path: str, body: Mapping[str, Any]) -> bytes:
+        return self._call("POST", path, body)
+
+
+def histogram_totals(text: str) -> dict[str, tuple[float, float]]:
+    """(sum, count) of each histogram in HISTOGRAMS, over all its label sets."""
+    sums: dict[str, float] = {}
+    for line in text.splitlines():
+        if not line.startswith("vllm:"):
+            continue
+        name = line.split("{", 1)[0].split(" ", 1)[0]
+        if name.endswith("_sum") or name.endswith("_count"):
+            sums[name] = sums.get(name, 0.0) + float(line.rsplit(" ", 1)[1])
+    return {name: (sums.get(name + "_sum", 0.0), sums.get(name + "_count", 0.0)) for name in HISTOGRAMS}
+
+
+def mean_delta(before: Mapping[str, tuple[float, float]], after: Mapping[str, tuple[float, float]],
+               name: str) -> float | None:
+    total = after[name][0] - before[name][0]
+    count = after[name][1] - before[name][1]
+    return total / count if count > 0 else None
+
+
+def prompt(rng: random.Random, words: int) -> str:
+    """A prompt no other calibration prompt shares a prefix with: a random id first."""
+    return f"{rng.getrandbits(64):016x} " + " ".join(rng.choice(_WORDS) for _ in range(words))
+
+
+@dataclass(frozen=True)
+class Phase:
+    name: str
+    words: int
+    max_tokens: int
+    concurrent: int
+    # Every prompt of the phase starts with the same `words` and adds a short unique question:
+    # all but the first hit the cache, so their prefill reads a long cached context.
+    shared_prefix: bool = False
+
+
+def phases(max_model_len: int, tokens_per_word: float) -> list[Phase]:
+    cap = min(MAX_PREFILL_TOKENS, max_model_len)
+    # One output token: the client's wait for the whole answer is then its time to first token.
+    prefill = [Phase(f"prefill-{round(fraction * 100)}%", max(8, int(fraction * cap / tokens_per_word)), 1, 1)
+               for fraction in PREFILL_TARGETS]
+    long_words = max(8, int(0.3 * cap / tokens_per_word))
+    return prefill + [
+        Phase("prefill-hit", long_words, 1, 1, shared_prefix=True),
+        Phase("decode-1", 16, DECODE_TOKENS, 1),
+        Phase(f"decode-{CONCURRENT_DECODES}", 16, DECODE_TOKENS, CONCURRENT_DECODES),
+        Phase("decode-long-1", long_words, DECODE_TOKENS, 1),
+        Phase(f"decode-long-{CONCURRENT_DECODES // 2}", long_words, DECODE_TOKENS, CONCURRENT_DECODES // 2)]
+
+
+def run_phase(pod: PodChannel, model: str, phase: Phase, rng: random.Random) -> dict[str, float | None]:
+    before = histogram_totals(pod.get("/metrics").decode())
+    count = REQUESTS_PER_PHASE * phase.concurrent
+    shared = prompt(rng, phase.words)
+    texts = ([f"{shared} {prompt(rng, 12)}" for _ in range(count)] if phase.shared_prefix
+             else [prompt(rng, phase.words) for _ in range(count)])
+    bodies = [{"model": model, "prompt": text, "max_tokens": phase.max_tokens, "temperature": 0, "ignore_eos": True}
+              for text in texts]
+    def timed(body: Mapping[str, Any]) -> float:
+        started = time.monotonic()
+        pod.post("/v1/completions", body)
+        return time.monotonic() - started
+
+    with ThreadPoolExecutor(phase.concurrent) as pool:
+        durations = list(pool.map(timed, bodies))
+    time.sleep(0.3)  # the counters are updated just after the last response
+    after = histogram_totals(pod.get("/metrics").decode())
+    return {"prefill": mean_delta(before, after, "vllm:request_prefill_time_seconds"),
+            "computed": mean_delta(before, after, "vllm:request_prefill_kv_computed_tokens"),
+            "queue": mean_delta(before, after, "vllm:request_queue_time_seconds"),
+            "ttft": mean_delta(before, after, "vllm:time_to_first_token_seconds"),
+            "itl": mean_delta(before, after, "vllm:inter_token_latency_seconds"),
+            "prompt": mean_delta(before, after, "vllm:request_prompt_tokens"),
+            # How much identical requests' durations differ (seen from here: only the spread is used).
+            "spread": statistics.pstdev(durations) / statistics.mean(durations) if len(durations) > 1 else None,
+            "client": statistics.mean(durations)}
+
+
+def _served_model(pod: PodChannel) -> tuple[str, int]:
+    models = json.loads(pod.get("/v1/models"))["data"]
+    if not models:
+        raise CalibrateError(f"pod {pod.name}: /v1/models lists no model")
+    return models[0]["id"], int(models[0].get("max_model_len") or 2048)
+
+
+def _scheduler_limits(pod: PodChannel) -> EngineLimits | None:
+    try:
+        info = json.loads(pod.get("/server_info?config_format=json"))
+        scheduler = info["vllm_config"]["scheduler_config"]
+        return EngineLimits(int(scheduler["max_num_seqs"]), int(scheduler["max_num_batched_tokens"]))
+    except (CalibrateError, ValueError, KeyError, TypeError):
+        return None  # /server_info exists only with VLLM_SERVER_DEV_MODE=1
+
+
+def fit(samples: Sequence[Mapping[str, Any]], budget: int) -> LatencyModel:
+    """Least squares over every pod's phase means: a prefill phase's mean prefill time is
+    steps × step_s + computed tokens × prefill_token_s + cached tokens × context_token_s; a
+    decode phase's inter-token latency is step_s + sequences × (decode_seq_s + context ×
+    context_token_s), its context the prompt and half the reply."""
+    import numpy
+
+    rows, targets = [], []
+    for sample in samples:
+        if None in (sample["prefill"], sample["computed"], sample["prompt"]):
+            continue
+        if sample["kind"] == "prefill":
+            steps = max(1, -(-int(sample["computed"]) // budget))
+            rows.append([steps, sample["computed"], 0.0, sample["prompt"] - sample["computed"]])
+            targets.append(sample["prefill"])
+        elif sample["itl"] is not None:
+            sequences = sample["sequences"]
+            context = sample["prompt"] + DECODE_TOKENS / 2
+            rows.append([1.0, 0.0, sequences, sequences * context])
+            targets.append(sample["itl"])
+    if len(rows) < 4:
+        raise CalibrateError("vLLM's histograms gave too few phase means to fit (is this vLLM 0.10 or later, with "
+                             "vllm:request_prefill_time_seconds and vllm:inter_token_latency_seconds?)")
+    # Relative errors: a prefill of a long prompt takes 100 times a decode step, and both
+    # matter, so each phase mean weighs as much as any other.
+    scale = 1 / numpy.array(targets, dtype=float)
+    solution, *_ = numpy.linalg.lstsq(numpy.array(rows, dtype=float) * scale[:, None],
+                                      numpy.array(targets, dtype=float) * scale, rcond=None)
+    step_s, prefill_token_s, decode_seq_s, context_token_s = (max(0.0, float(value)) for value in solution)
+    # What the client's TTFT holds besides the engine's queue and prefill (HTTP, the API server
+    # tokenizing the prompt, detokenizing) grows with the prompt: a line through the
+    # uncached prefill phases' (prompt tokens, overhead) means. A one-token answer's whole
+    # round trip is its TTFT as the client sees it.
+    points = [(s["prompt"], s["client"] - s["queue"] - s["prefill"]) for s in samples
+              if s["phase"].startswith("prefill-") and s["prompt"] == s["computed"]
+              and None not in (s["client"], s["queue"], s["prefill"], s["prompt"])]
+    overhead = overhead_token = 0.0
+    if len(points) >= 2 and len({x for x, _ in points}) >= 2:
+        overhead_token, overhead = (float(v) for v in numpy.polyfit([x for x, _ in points], [y for _, y in points], 1))
+        overhead_token = max(0.0, overhead_token)
+    elif points:
+        overhead = sum(y for _, y in points) / len(points)
+    spreads = [s["spread"] for s in samples if s["spread"] is not None and s["sequences"] == 1
+               and s["phase"] != "prefill-hit"]
+    jitter = statistics.median(spreads) if spreads else 0.0
+    return LatencyModel(step_s=step_s, prefill_token_s=prefill_token_s, decode_seq_s=decode_seq_s,
+                        overhead_s=max(0.0, overhead), overhead_token_s=overhead_token, context_token_s=context_token_s,
+                        jitter=jitter)
+
+
+class Scraper:
+    """GETs every pod's /metrics every `interval` seconds while calibrating, as the picker does
+    in production: rendering the page costs a vLLM API server time its requests then wait for."""
+
+    def __init__(self, pods: Sequence[PodChannel], interval: float):
+        self.pods, self.interval = pods, interval
+        self._stop = threading.Event()
+        self._threads = [threading.Thread(target=self._run, args=(pod,), daemon=True) for pod in pods]
+
+    def _run(self, pod: PodChannel) -> None:
+        while not self._stop.wait(self.interval):
+            try:
+                pod.get("/metrics")
+            except CalibrateError:
+                pass  # the phase's own reads report a pod that stopped answering
+
+    def __enter__(self) -> Scraper:
+        for thread in self._threads:
+            thread.start()
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self._stop.set()
+        for thread in self._threads:
+            thread.join(timeout=5)
+
+
+def calibrate(pods: Sequence[PodChannel], *, seed: int = 0, limits: EngineLimits | None = None,
+              scrape_interval: float = DEFAULT_SCRAPE_INTERVAL,
+              progress: Callable[[str], None] = print) -> LatencyProfile:
+    """Runs the calibration workload on every pod at once, scraped as the picker scrapes them,
+    and fits the profile."""
+    if not pods:
+        raise CalibrateError("no pods to calibrate: pass --pod-url NAME=URL, or --stack and --model")
+    model, max_model_len = _served_model(pods[0])
+    cache = parse_metrics(pods[0].get("/metrics").decode())
+    limits = limits or _scheduler_limits(pods[0])
+    budget = limits.max_num_batched_tokens if limits else 2048
+    # Words per token differ by tokenizer: measure on one short prompt first.
+    probe = json.loads(pods[0].post("/tokenize", {"model": model, "prompt": prompt(random.Random(seed), 200)}))
+    tokens_per_word = max(0.5, len(probe["tokens"]) / 201)
+    plan = phases(max_model_len, tokens_per_word)
+
+    def one_pod(index_pod: tuple[int, PodChannel]) -> list[dict[str, Any]]:
+        index, pod = index_pod
+        rng = random.Random(seed * 1000 + index)
+        samples = []
+        for phase in plan:
+            means = run_phase(pod, model, phase, rng)
+            kind = "prefill" if phase.name.startswith("prefill") else "decode"
+            samples.append({"pod": pod.name, "phase": phase.name, "kind": kind, "sequences": phase.concurrent,
+                            **means})
+            progress(f"  {pod.name} {phase.name}: " + ", ".join(
+                f"{key} {value:.0f} tokens" if key in ("computed", "prompt")
+                else f"{key} {value:.0%}" if key == "spread" else f"{key} {value * 1000:.1f} ms"
+                for key, value in means.items() if value is not None))
+        return samples
+
+    progress(f"calibrating {len(pods)} pod(s) serving {model} at once, scraped every {scrape_interval * 1000:g} ms: "
+             f"{len(plan)} phases each")
+    with Scraper(pods, scrape_interval), ThreadPoolExecutor(len(pods)) as pool:
+        samples = [sample for pod_samples in pool.map(one_pod, enumerate(pods)) for sample in pod_samples]
+    latency = fit(samples, budget)
+    return LatencyProfile(latency, cache.block_size, cache.num_gpu_blocks, limits,
+                          source=f"calibrated on {', '.join(p.name for p in pods)} ({model}) "
+                                 f"at {time.strftime('%Y-%m-%d %H:%M:%S')}",
+                          measured={"samples": samples})
+
+
+def add_parser(subparsers) -> argparse.ArgumentParser:
+    parser = subparsers.add_parser(
+        "calibrate", help="measure live vLLM pods and write a latency profile for predict --latency-profile",
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    where = parser.add_mutually_exclusive_group(required=True)
+    where.add_argument("--pod-url", action="append", type=named_url("--pod-url"), metavar="NAME=URL",
+                       help="a vLLM server's base URL (repeatable)")
+    where.add_argument("--stack", help="calibrate the stack's model pods, found and reached through the API server "
+                                       "as `verify` does")
+    add_model_options(parser)
+    parser.add_argument("--context", help="kubeconfig context (default: the current one)")
+    parser.add_argument("--kubeconfig", help="kubeconfig file (default: $KUBECONFIG or ~/.kube/config)")
+    parser.add_argument("--out", default="latency-profile.json", metavar="FILE",
+                        help="where to write the profile (default latency-profile.json)")
+    parser.add_argument("--max-num-seqs", type=int, metavar="N",
+                        help="the pods' vLLM --max-num-seqs, when /server_info is not served (dev mode off)")
+    parser.add_argument("--max-num-batched-tokens", type=int, metavar="N",
+                        help="the pods' vLLM --max-num-batched-tokens, likewise")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the calibration prompts (default 0)")
+    parser.add_argument("--scrape-interval", type=positive_seconds, default=DEFAULT_SCRAPE_INTERVAL, metavar="S",
+                        help=f"scrape /metrics this often meanwhile, as the picker will (default "
+                             f"{DEFAULT_SCRAPE_INTERVAL:g})")
+    parser.set_defaults(func=run)
+    return parser
+
+
+def _pods(args: argparse.Namespace) -> list[PodChannel]:
+    if args.pod_url:
+        return [UrlPod(name, url) for name, url in unique_named_urls("--pod-url", args.pod_url).items()]
+    from .verify import KubeApi, KubePods
+
+    found = load_stack_model(args.stack, args.model, args.stacks_dir)
+    api = KubeApi(args.context, args.kubeconfig)
+    entry = found.model
+    names = KubePods(api, found.settings.namespace, entry.deployment, entry.port).names()
+    return [KubePod(name, api, found.settings.namespace, entry.port) for name in names]
+
+
+def run(args: argparse.Namespace) -> int:
+    limits = None
+    if (args.max_num_seqs is None) != (args.max_num_batched_tokens is None):
+        print("calibrate: --max-num-seqs and --max-num-batched-tokens go together; pass both or neither",
+              file=sys.stderr)
+        return 2
+    try:
+        if args.max_num_seqs is not None:
+            limits = EngineLimits(args.max_num_seqs, args.max_num_batched_tokens)
+        pods = _pods(args)
+        profile = calibrate(pods, seed=args.seed, limits=limits, scrape_interval=args.scrape_interval,
+                            progress=lambda line: print(line, flush=True))
+    except (OptionError, CalibrateError, ValueError) as error:
+        print(f"calibrate: {error}", file=sys.stderr)
+        return 2
+    except RuntimeError as error:  # verify.VerifyError finding the pods
+        print(f"calibrate: {error}", file=sys.stderr)
+        return 1
+    profile.save(args.out)
+    model = profile.latency
+    print(f"step {model.step_s * 1000:.2f} ms + {model.prefill_token_s * 1e6:.1f} µs per prompt token computed + "
+          f"{model.decode_seq_s * 1000:.2f} ms per decoding sequence + {model.context_token_s * 1e6:.2f} µs per "
+          f"cached context token, steps ±{model.jitter:.0%}; {model.overhead_s * 1000:.1f} ms + "
+          f"{model.overhead_token_s * 1e6:.1f} µs per prompt token outside the engine before the first token; block size {profile.block_size}, {profile.num_gpu_blocks} KV blocks"
+          + ("" if profile.limits is None else f", max_num_seqs {profile.limits.max_num_seqs}, "
+                                               f"max_num_batched_tokens {profile.limits.max_num_batched_tokens}"))
+    print(f"profile written to {args.out}: python -m routing predict ... --latency-profile {args.out}")
+    return 0

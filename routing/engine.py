@@ -1,0 +1,345 @@
+"""One vLLM server under load: continuous batching over a paged KV cache with prefix caching.
+
+It follows vLLM v1's scheduler and block pool (vllm/v1/core/sched/scheduler.py,
+kv_cache_manager.py, block_pool.py), reduced to what routing depends on:
+
+- KV blocks: `num_gpu_blocks` of `block_size` tokens, one of them the reserved null block. A
+  running request holds ceil(tokens / block_size) blocks, its last one partial. Full prompt
+  blocks are cached (keyed by their whole prefix) as soon as they are scheduled, so a
+  request admitted a step later can share them while the first is still running.
+- Free blocks wait in one queue, least recently freed first; a finished request frees its
+  blocks tail first. Allocating takes the queue's head and, if it was cached, evicts it: only
+  blocks no running request holds can be evicted.
+- Each step schedules running requests first (a decode token each, or the next prefill
+  chunk), then admits waiting ones in arrival order while there are sequence slots
+  (`max_num_seqs`), token budget (`max_num_batched_tokens`, chunked prefill) and free blocks;
+  the first waiting request that does not fit blocks the rest. A running request that cannot
+  get a block preempts the newest running one (recompute: its blocks are freed).
+- Prefix-cache counters count what vLLM counts: on every admission attempt of a request never
+  preempted, its prompt tokens as queries and the cached full blocks (never its last token)
+  as hits.
+- Gauges (`vllm:num_requests_running/waiting`, `vllm:kv_cache_usage_perc`) are published at
+  the end of each step, as vLLM's frontend logs the scheduler's stats with each output.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import random
+from collections import OrderedDict, deque
+from dataclasses import dataclass
+from typing import Callable, Sequence
+
+from .latency import EngineLimits, LatencyModel
+
+
+# Keys for full blocks that hold generated tokens: unique, so they never match a prompt.
+_OUTPUT_KEYS = itertools.count(1)
+
+
+class CapacityError(ValueError):
+    """A request that no amount of waiting would let a server run."""
+
+
+class EngineRequest:
+    """One request inside a server (vLLM's Request): tokens, progress and the blocks it holds."""
+
+    __slots__ = ("index", "prompt_len", "keys", "output_len", "engine_arrival", "computed", "generated",
+                 "blocks", "cached_blocks", "hit_tokens", "scheduled_at", "first_token_at", "preemptions", "step_tokens")
+
+    def __init__(self, index: int, prompt_len: int, keys: Sequence[int], output_len: int, engine_arrival: float):
+        self.index = index
+        self.prompt_len = prompt_len
+        self.keys = keys  # full prompt blocks' prefix keys (prefix.server_block_keys)
+        self.output_len = output_len
+        self.engine_arrival = engine_arrival
+        self.computed = 0  # tokens whose KV is computed
+        self.generated = 0  # output tokens sampled
+        self.blocks: list[int] = []
+        self.cached_blocks = 0  # leading blocks already offered to the cache
+        self.hit_tokens = 0  # prefix-cache hit of the admission that got it running
+        self.scheduled_at: float | None = None
+        self.first_token_at: float | None = None
+        self.preemptions = 0
+        self.step_tokens = 0  # tokens scheduled in the current step
+
+    @property
+    def tokens(self) -> int:
+        return self.prompt_len + self.generated
+
+
+@dataclass(frozen=True)
+class Published:
+    """The gauges a scrape of this server reads, from the end of the last step."""
+
+    waiting: int
+    running: int
+    kv_usage: float
+
+
+class BlockPool:
+    """vLLM's KV block pool: reference counts, a cache of full blocks by key, and the free queue.
+
+    vLLM's free queue is one list; its three parts are kept apart here because each part is
+    only ever taken from one end: freed blocks without a key (reused first, last freed first),
+    then blocks never used yet, then freed cached blocks, least recently freed first, which
+    are evicted as they are taken (block_pool.py free_blocks, get_new_blocks).
+    """
+
+    def __init__(self, num_gpu_blocks: int):
+        if num_gpu_blocks < 2:
+            raise CapacityError(f"num_gpu_blocks={num_gpu_blocks}: vLLM needs at least 2 (one is the null block)")
+        self.usable = num_gpu_blocks - 1  # block 0 is the null block, never handed out
+        self.ref = [0] * num_gpu_blocks
+        self.key_of: list[int | None] = [None] * num_gpu_blocks
+        self.cached: dict[int, int] = {}
+        self._uncached_free: list[int] = []
+        self._next_unused = 1
+        self._end = num_gpu_blocks
+        self._cached_free: OrderedDict[int, None] = OrderedDict()
+        self.free = self.usable  # blocks in the free queue, all three parts
+
+    @property
+    def usage(self) -> float:
+        """vllm:kv_cache_usage_perc: blocks held by requests, over all but the null block."""
+        return 1.0 - self.free / self.usable
+
+    def cached_run(self, keys: Sequence[int], limit: int) -> list[int]:
+        """The blocks caching the longest run of `keys` from the first, at most `limit` of them."""
+        run = []
+        cached = self.cached
+        for key in keys[:limit]:
+            block = cached.get(key)
+            if block is None:
+                break
+            run.append(block)
+        return run
+
+    def touch(self, blocks: Sequence[int]) -> None:
+        for block in blocks:
+            if self.ref[block] == 0:
+                del self._cached_free[block]
+                self.free -= 1
+            self.ref[block] += 1
+
+    def allocate(self, count: int) -> list[int]:
+        self.free -= count
+        blocks = []
+        for _ in range(count):
+            if self._uncached_free:
+                block = self._uncached_free.pop()
+            elif self._next_unused < self._end:
+                block = self._next_unused
+                self._next_unused += 1
+            else:
+                block, _ = self._cached_free.popitem(last=False)
+                del self.cached[self.key_of[block]]
+                self.key_of[block] = None
+            self.ref[block] = 1
+            blocks.append(block)
+        return blocks
+
+    def cache(self, block: int, key: int) -> None:
+        if self.key_of[block] is None and key not in self.cached:
+            self.cached[key] = block
+            self.key_of[block] = key
+
+    def release(self, blocks: Sequence[int]) -> None:
+        """Frees a request's blocks tail first, so its shared head is evicted last."""
+        ref = self.ref
+        for block in reversed(blocks):
+            ref[block] -= 1
+            if ref[block] == 0:
+                self.free += 1
+                if self.key_of[block] is None:
+                    self._uncached_free.append(block)
+                else:
+                    self._cached_free[block] = None
+
+
+class Engine:
+    """One server: `add` requests as they reach it, `step` while `busy`; `on_first_token` and
+    `on_finish` are called with the sequence and the time."""
+
+    def __init__(self, name: str, block_size: int, num_gpu_blocks: int, limits: EngineLimits,
+                 latency: LatencyModel, rng: random.Random | None = None):
+        self.name = name
+        self.block_size = block_size
+        self.num_gpu_blocks = num_gpu_blocks
+        self.limits = limits
+        self.latency = latency
+        # Steps vary by latency.jitter; without an rng (or jitter) every step takes the model's time.
+        self._jitter = latency.jitter if rng is not None else 0.0
+        self._rng = rng
+        self.pool = BlockPool(num_gpu_blocks)
+        self.waiting: deque[EngineRequest] = deque()
+        self.running: list[EngineRequest] = []
+        self.hits = 0
+        self.queries = 0
+        self.finished = 0
+        self.published = Published(0, 0, 0.0)
+        self._scheduled: list[EngineRequest] = []
+
+    def blocks_for(self, tokens: int) -> int:
+        return -(-tokens // self.block_size)
+
+    def check_fits(self, prompt_len: int, output_len: int) -> None:
+        needed = self.blocks_for(prompt_len + output_len)
+        if needed > self.pool.usable:
+            raise CapacityError(f"a request of {prompt_len} prompt and {output_len} output tokens needs {needed} KV "
+                                f"blocks of {self.block_size} tokens, more than the {self.pool.usable} a server has "
+                                f"({self.num_gpu_blocks} less the null block): raise --capacity-blocks or shorten it")
+
+    @property
+    def busy(self) -> bool:
+        return bool(self.running or self.waiting)
+
+    def add(self, seq: EngineRequest) -> None:
+        self.waiting.append(seq)
+
+    def schedule(self, now: float) -> float:
+        """Picks this step's batch (vLLM Scheduler.schedule), starting at `now`, and returns how
+        long the step takes."""
+        budget = self.limits.max_num_batched_tokens
+        scheduled = self._scheduled = []
+        prefill_tokens = decode_seqs = context_tokens = 0
+        preempted = False
+        pool = self.pool
+        index = 0
+        block_size = self.block_size
+        running = self.running
+        while index < len(running) and budget > 0:
+            seq = running[index]
+            computed = seq.computed
+            if seq.generated and computed + 1 == seq.prompt_len + seq.generated:
+                # The common case, a decode step: one token, a new block only at a block
+                # boundary, and a block to cache only when this token fills one.
+                if computed % block_size == 0 and computed // block_size == len(seq.blocks):
+                    if pool.free == 0:
+                        needed = 1
+                    else:
+                        seq.blocks += pool.allocate(1)
+                        needed = 0
+                else:
+                    needed = 0
+                if not needed:
+                    if (computed + 1) % block_size == 0:
+                        self._cache_full_blocks(seq, computed + 1)
+                    seq.step_tokens = 1
+                    scheduled.append(seq)
+                    budget -= 1
+                    context_tokens += computed
+                    decode_seqs += 1
+                    index += 1
+                    continue
+            new_tokens = min(seq.tokens - computed, budget)
+            needed = self.blocks_for(computed + new_tokens) - len(seq.blocks)
+            while needed > pool.free:
+                victim = self.running.pop()
+                self._preempt(victim)
+                preempted = True
+                if victim is seq:
+                    break
+            else:
+                if needed > 0:
+                    seq.blocks += pool.allocate(needed)
+                self._cache_full_blocks(seq, seq.computed + new_tokens)
+                seq.step_tokens = new_tokens
+                scheduled.append(seq)
+                budget -= new_tokens
+                context_tokens += seq.computed
+                if seq.generated and seq.computed + 1 == seq.tokens:
+                    decode_seqs += 1
+                else:
+                    prefill_tokens += new_tokens  # a prefill chunk, or recomputing after preemption
+                index += 1
+                continue
+            break  # the request itself was preempted: nothing after it runs this step
+        if not preempted:
+            while self.waiting and budget > 0 and len(self.running) < self.limits.max_num_seqs:
+                seq = self.waiting[0]
+                if not self._admit(seq, budget):
+                    break
+                self.waiting.popleft()
+                if seq.scheduled_at is None:
+                    seq.scheduled_at = now
+                self.running.append(seq)
+                scheduled.append(seq)
+                budget -= seq.step_tokens
+                prefill_tokens += seq.step_tokens
+                context_tokens += seq.computed
+        seconds = self.latency.step_seconds(prefill_tokens, decode_seqs, context_tokens)
+        if self._jitter:
+            sigma = self._jitter
+            seconds *= math.exp(self._rng.gauss(-sigma * sigma / 2, sigma))
+        return seconds
+
+    def _admit(self, seq: EngineRequest, budget: int) -> bool:
+        pool = self.pool
+        block_size = self.block_size
+        # vLLM must compute at least the last prompt token, so a hit stops a block short of it.
+        hit_blocks = pool.cached_run(seq.keys, (seq.tokens - 1) // block_size)
+        hit_tokens = len(hit_blocks) * block_size
+        new_tokens = min(seq.tokens - hit_tokens, budget)
+        # Cached blocks no request holds sit in the free queue: sharing them uses up free blocks.
+        evictable_hits = sum(1 for block in hit_blocks if pool.ref[block] == 0)
+        # vLLM 0.32 admits a request only if its whole prompt fits (scheduler_reserve_full_isl),
+        # then allocates for this step's chunk.
+        if self.blocks_for(seq.tokens) - len(hit_blocks) + evictable_hits > pool.free:
+            return False
+        pool.touch(hit_blocks)
+        seq.blocks = hit_blocks + pool.allocate(self.blocks_for(hit_tokens + new_tokens) - len(hit_blocks))
+        seq.cached_blocks = len(hit_blocks)
+        seq.computed = hit_tokens
+        seq.hit_tokens = hit_tokens
+        seq.step_tokens = new_tokens
+        # Counted on admission only ("so unscheduled lookups are not counted"), and not again
+        # after a preemption (those go to vLLM's preempted_* stats).
+        if seq.preemptions == 0:
+            self.queries += seq.tokens
+            self.hits += hit_tokens
+        self._cache_full_blocks(seq, hit_tokens + new_tokens)
+        return True
+
+    def _cache_full_blocks(self, seq: EngineRequest, tokens: int) -> None:
+        # vLLM caches every block that is full once this step's tokens are in (allocate_slots).
+        # Only prompt blocks can match a later prompt; a block holding generated tokens gets a
+        # key of its own, which keeps it in the LRU part of the free queue, as vLLM does.
+        full = tokens // self.block_size
+        keys = seq.keys
+        for position in range(seq.cached_blocks, full):
+            self.pool.cache(seq.blocks[position], keys[position] if position < len(keys) else -next(_OUTPUT_KEYS))
+        if full > seq.cached_blocks:
+            seq.cached_blocks = full
+
+    def _preempt(self, seq: EngineRequest) -> None:
+        self.pool.release(seq.blocks)
+        seq.blocks = []
+        seq.computed = seq.cached_blocks = 0
+        seq.preemptions += 1
+        self.waiting.appendleft(seq)
+
+    def finish_step(self, now: float, on_first_token: Callable[[EngineRequest, float], None],
+                    on_finish: Callable[[EngineRequest, float], None]) -> None:
+        """Applies the step's work (vLLM update_from_output) at `now`, the step's end, then
+        publishes the gauges."""
+        done = False
+        for seq in self._scheduled:
+            seq.computed += seq.step_tokens
+            if seq.computed < seq.tokens:
+                continue  # a prefill chunk: no token sampled yet
+            seq.generated += 1
+            if seq.generated == 1:
+                seq.first_token_at = now
+                on_first_token(seq, now)
+            if seq.generated >= seq.output_len:
+                self.pool.release(seq.blocks)
+                seq.blocks = []
+                self.finished += 1
+                done = True
+                on_finish(seq, now)
+        if done:
+            self.running = [seq for seq in self.running if seq.generated < seq.output_len]
+        self._scheduled = []
+        self.published = Published(len(self.waiting), len(self.running), self.pool.usage)

@@ -1,0 +1,141 @@
+"""How long a vLLM engine step takes, and the profile file `calibrate` writes and `predict` reads.
+
+vLLM runs one batch per engine step: every running request decodes one token, and waiting or
+partly prefilled requests compute a chunk of their prompt, within the step's token budget.
+The model here is linear in what a step does:
+
+    step = step_s + prefill_token_s × prompt tokens computed + decode_seq_s × sequences decoding
+           + context_token_s × tokens already in the KV cache of the sequences in the step
+
+The last term is attention reading each sequence's cached keys and values: on a CPU it makes
+a decode step over long contexts, or a prefill after a long cache hit, markedly slower.
+Real steps vary: `jitter` is the relative spread each simulated step's time is drawn with
+(log-normal, mean 1), so requests that would finish in lockstep do not, as on real servers.
+Cached prompt tokens are not computed, so a prefix-cache hit shortens the step that serves
+it. `overhead_s + overhead_token_s × prompt tokens` is what a request spends in the server
+outside the engine before its first token (HTTP, tokenizing the prompt, detokenizing): it
+adds to TTFT but holds no engine time.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+PROFILE_KIND = "routing-latency-profile"
+PROFILE_VERSION = 1
+
+
+class ProfileError(ValueError):
+    """A --latency-profile file that cannot be used, with the fix."""
+
+
+@dataclass(frozen=True)
+class LatencyModel:
+    step_s: float
+    prefill_token_s: float
+    decode_seq_s: float
+    overhead_s: float
+    overhead_token_s: float = 0.0
+    context_token_s: float = 0.0
+    jitter: float = 0.0
+
+    def __post_init__(self) -> None:
+        for name, value in asdict(self).items():
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0:
+                raise ProfileError(f"latency {name}={value!r}: must be a number of seconds, at least 0")
+
+    def step_seconds(self, prefill_tokens: int, decode_seqs: int, context_tokens: int = 0) -> float:
+        return (self.step_s + self.prefill_token_s * prefill_tokens + self.decode_seq_s * decode_seqs
+                + self.context_token_s * context_tokens)
+
+    def overhead_seconds(self, prompt_tokens: int) -> float:
+        return self.overhead_s + self.overhead_token_s * prompt_tokens
+
+
+# Used when predict has no profile: round figures for a ~0.5B model on one data-centre GPU
+# (a forward pass of a few ms, prompt tokens at ~20k/s), not measured here. Only the TTFT
+# and queue columns depend on them; the README says how to replace them with `calibrate`.
+DEFAULT_LATENCY = LatencyModel(step_s=0.006, prefill_token_s=0.00005, decode_seq_s=0.0001, overhead_s=0.002)
+DEFAULT_LATENCY_NOTE = ("latency from the built-in default (a ~0.5B model on one GPU, not measured): TTFT and queue "
+                        "times are indicative only; `python -m routing calibrate` measures your pods and writes "
+                        "a profile for --latency-profile")
+
+
+@dataclass(frozen=True)
+class EngineLimits:
+    """The vLLM scheduler limits a simulated server batches with (vLLM's flags of the same names)."""
+
+    max_num_seqs: int
+    max_num_batched_tokens: int
+
+    def __post_init__(self) -> None:
+        for name, value in asdict(self).items():
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ProfileError(f"{name}={value!r}: must be a whole number of at least 1")
+
+
+# vLLM's defaults for its OpenAI server on a GPU (max_num_seqs 256; chunked prefill with a
+# 2,048-token budget per step, vllm/engine/arg_utils.py).
+DEFAULT_LIMITS = EngineLimits(max_num_seqs=256, max_num_batched_tokens=2048)
+
+
+@dataclass(frozen=True)
+class LatencyProfile:
+    """What `calibrate` measured on live pods: the latency model, and the cache and scheduler
+    configuration the pods reported (None where they did not say)."""
+
+    latency: LatencyModel
+    block_size: int | None = None
+    num_gpu_blocks: int | None = None
+    limits: EngineLimits | None = None
+    source: str = ""
+    # Phase means the fit was made from, and how far the fit is from each (for the record).
+    measured: Mapping[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> dict:
+        return {"kind": PROFILE_KIND, "version": PROFILE_VERSION, "source": self.source,
+                "latency": asdict(self.latency), "blockSize": self.block_size, "numGpuBlocks": self.num_gpu_blocks,
+                "maxNumSeqs": None if self.limits is None else self.limits.max_num_seqs,
+                "maxNumBatchedTokens": None if self.limits is None else self.limits.max_num_batched_tokens,
+                "measured": dict(self.measured)}
+
+    def save(self, path: str | Path) -> None:
+        Path(path).write_text(json.dumps(self.to_json(), indent=2) + "\n", encoding="utf-8")
+
+    @classmethod
+    def load(cls, path: str | Path) -> LatencyProfile:
+        fix = "write one with `python -m routing calibrate --out FILE`"
+        try:
+            data = json.loads(Path(path).read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            raise ProfileError(f"--latency-profile {path}: no such file; {fix}") from None
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+            raise ProfileError(f"--latency-profile {path}: not a JSON profile ({error}); {fix}") from None
+        if not isinstance(data, dict) or data.get("kind") != PROFILE_KIND or data.get("version") != PROFILE_VERSION:
+            raise ProfileError(f"--latency-profile {path}: not a version-{PROFILE_VERSION} {PROFILE_KIND} file; {fix}")
+        try:
+            latency = LatencyModel(**data["latency"])
+            seqs, tokens = data.get("maxNumSeqs"), data.get("maxNumBatchedTokens")
+            limits = None if seqs is None or tokens is None else EngineLimits(seqs, tokens)
+        except (KeyError, TypeError) as error:
+            raise ProfileError(f"--latency-profile {path}: missing or unexpected latency field ({error}); "
+                               f"{fix}") from None
+        except ProfileError as error:
+            raise ProfileError(f"--latency-profile {path}: {error}; {fix}") from None
+        return cls(latency, data.get("blockSize"), data.get("numGpuBlocks"), limits, str(data.get("source", "")),
+                   data.get("measured") or {})
+
+
+def percentile(values: Sequence[float], q: float) -> float | None:
+    """The q-quantile (0..1) by linear interpolation between order statistics (numpy's default),
+    None for no values; predicted and measured figures both go through this."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    position = q * (len(ordered) - 1)
+    low = int(position)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (position - low)

@@ -1,0 +1,73 @@
+"""Heat maps of a weight sweep: one row per figure (hit rate, TTFT p95, load imbalance), one
+panel per value of the third swept weight, the first two on the axes; the best setting framed."""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+from .sweep import SettingResult
+
+# (title, value of a result, format, colour map): each map runs from worse to better, so
+# bright always means good.
+FIGURES = (
+    ("hit rate", lambda r: r.hit_rate * 100, "{:.1f}%", "viridis"),
+    ("TTFT p95 (ms)", lambda r: r.ttft_p95 * 1000, "{:.0f}", "magma_r"),
+    ("load imbalance (max/mean − 1)", lambda r: r.imbalance, "{:.2f}", "cividis_r"),
+)
+
+
+def heat_map(results: Sequence[SettingResult], path: str, *, title: str, best: SettingResult, objective: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.patches import Rectangle
+
+    names = list(results[0].setting)  # at most three (predict checks): x, y and panels
+    values = [sorted({r.setting[name] for r in results}) for name in names]
+    x_name, x_values = names[0], values[0]
+    y_name, y_values = (names[1], values[1]) if len(names) > 1 else ("", [0])
+    panel_name, panel_values = (names[2], values[2]) if len(names) > 2 else ("", [0])
+    by_setting = {tuple(r.setting[name] for name in names): r for r in results}
+
+    def key(x: int, y: int, panel: int) -> tuple[int, ...]:
+        return (x, y, panel)[:len(names)]
+
+    columns = len(panel_values)
+    figure, axes = plt.subplots(len(FIGURES), columns, figsize=(0.55 * len(x_values) * columns + 2.2,
+                                                                0.5 * len(y_values) * len(FIGURES) + 2.4),
+                                squeeze=False, constrained_layout=True)
+    for row, (label, value_of, fmt, colours) in enumerate(FIGURES):
+        cells = [value_of(r) for r in results]
+        low, high = min(cells), max(cells)
+        image = None
+        for column, panel in enumerate(panel_values):
+            ax = axes[row][column]
+            grid = [[value_of(by_setting[key(x, y, panel)]) for x in x_values] for y in y_values]
+            image = ax.imshow(grid, origin="lower", cmap=colours, vmin=low, vmax=high if high > low else low + 1,
+                              aspect="auto")
+            norm = image.norm
+            for yi, line in enumerate(grid):
+                for xi, cell in enumerate(line):
+                    shade = image.cmap(norm(cell))
+                    light = 0.299 * shade[0] + 0.587 * shade[1] + 0.114 * shade[2] > 0.55
+                    ax.text(xi, yi, fmt.format(cell), ha="center", va="center", fontsize=7,
+                            color="black" if light else "white")
+            ax.set_xticks(range(len(x_values)), [str(v) for v in x_values])
+            ax.set_yticks(range(len(y_values)), [str(v) for v in y_values] if y_name else [""])
+            if row == len(FIGURES) - 1:
+                ax.set_xlabel(f"{x_name} weight")
+            if column == 0:
+                ax.set_ylabel(f"{label}\n\n{y_name} weight" if y_name else label)
+            if row == 0 and panel_name:
+                ax.set_title(f"{panel_name} = {panel}", fontsize=10)
+            best_key = tuple(best.setting[name] for name in names)
+            if best_key[2:] == key(0, 0, panel)[2:]:
+                bx = x_values.index(best_key[0])
+                by = y_values.index(best_key[1]) if y_name else 0
+                ax.add_patch(Rectangle((bx - 0.5, by - 0.5), 1, 1, fill=False, edgecolor="red", linewidth=2.2))
+        figure.colorbar(image, ax=list(axes[row]), shrink=0.9, pad=0.01)
+    label = ", ".join(f"{name}={value}" for name, value in best.setting.items())
+    figure.suptitle(f"{title}\nbest for {objective} (red frame): {label}", fontsize=11)
+    figure.savefig(path, dpi=130)
+    plt.close(figure)

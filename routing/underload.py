@@ -1,0 +1,372 @@
+"""Predicted against measured under load: three concurrent workloads on two real vLLM servers
+behind `serve`, sent by the `openai` client, with three picker settings.
+
+Shared by benchmarks/bench_under_load.py (prints the table the README publishes) and
+tests/e2e/test_under_load.py (asserts what holds run after run). The prediction is made
+the way a user would make it: `calibrate` on the same servers, then `predict` with the
+profile, the servers' block size and KV blocks, and their tokenizer (/tokenize, which
+applies the chat template to chat requests).
+"""
+
+from __future__ import annotations
+
+import heapq
+import json
+import random
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterator, Mapping, Sequence, TextIO
+
+from .arrivals import Arrival, plan_load
+from .calibrate import histogram_totals
+from .latency import DEFAULT_LIMITS, LatencyProfile, percentile
+from .metrics import DeltaReport, diff_reads
+from .picker import Request
+from .predict import Load, Prediction, run_prediction
+from .serve import ROUTED_HEADER
+from .verify import UrlPods
+from .vllm_server import REPO_ROOT, VllmPair, free_port
+
+NO_PREFIX = {"prefix": 0, "queue": 3, "kvCache": 2}
+# (label, weights over the defaults, round-robin?)
+SETTINGS = (("default weights", None, False), ("prefix=0,queue=3,kvCache=2", NO_PREFIX, False),
+            ("round-robin", None, True))
+REQUEST_TIMEOUT = 120.0
+SERVE_START_TIMEOUT = 30.0
+TTFT_HISTOGRAM = "vllm:time_to_first_token_seconds"
+OUTPUT_TOKENS = 16
+# The KV cache each server gets (--num-gpu-blocks-override): small enough that the pressure
+# workload's prefixes fit in both servers' caches together but not in one.
+CAPACITY_BLOCKS = 80
+SERVER_ARGS = ("--num-gpu-blocks-override", str(CAPACITY_BLOCKS), "--max-num-seqs", "16",
+               "--max-num-batched-tokens", "2048")
+HIDDEN_SIZE = 512
+LAYERS = 4
+
+_GUIDELINE = ("consider scheduling, queue depth, KV cache reuse, prefix affinity, GPU memory pressure, and endpoint "
+              "selection when advising on inference architecture.")
+
+
+def system_prompt(owner: str, segments: int) -> str:
+    """A long system prompt, distinct from its first words on (like the seed's preamble)."""
+    return f"{owner}: you are an expert assistant." + "".join(f" Guideline {i}: {_GUIDELINE}"
+                                                             for i in range(1, segments + 1))
+
+
+def completion(model: str, prompt: str) -> dict[str, Any]:
+    return {"model": model, "prompt": prompt, "max_tokens": OUTPUT_TOKENS, "temperature": 0, "ignore_eos": True}
+
+
+def tenants_workload(model: str, tenants: int, requests: int, segments: int, seed: int) -> list[Arrival]:
+    """Tenants with their own long system prompt, their requests interleaved at random."""
+    rng = random.Random(seed)
+    prefixes = [system_prompt(f"Tenant {t}", segments) for t in range(tenants)]
+    order = [n % tenants for n in range(requests)]
+    rng.shuffle(order)
+    return [Arrival(body, Request.from_openai_body(body))
+            for body in (completion(model, f"{prefixes[t]} Question {n}: name one factor for tenant {t}.")
+                         for n, t in enumerate(order))]
+
+
+def chat_workload(model: str, sessions: int, turns: int, segments: int) -> list[Arrival]:
+    """Multi-turn chats: each turn resends the conversation so far (the replies as recorded in
+    the trace) plus a new question; a session's turns go in order, one at a time."""
+    arrivals = []
+    for turn in range(turns):
+        for session in range(sessions):
+            messages = [{"role": "system", "content": system_prompt(f"Chat {session}", segments)}]
+            for earlier in range(turn + 1):
+                messages.append({"role": "user", "content": f"Question {earlier} of chat {session}: which factor "
+                                                            "matters most for queue depth and prefix affinity?"})
+                if earlier < turn:
+                    messages.append({"role": "assistant", "content": f"Answer {earlier}: KV cache reuse, then "
+                                                                     "scheduling and GPU memory pressure."})
+            body = {"model": model, "messages": messages, "max_tokens": OUTPUT_TOKENS, "temperature": 0,
+                    "ignore_eos": True}
+            arrivals.append(Arrival(body, Request.from_openai_body(body), session=f"chat-{session}"))
+    return arrivals
+
+
+@dataclass(frozen=True)
+class Experiment:
+    name: str
+    description: str
+    arrivals: tuple[Arrival, ...]
+    concurrency: int
+
+
+def experiments(model: str, seed: int = 1) -> tuple[Experiment, ...]:
+    return (
+        Experiment("multi-tenant", "4 tenants, ~1,200-token system prompts, 48 requests, 4 in flight",
+                   tuple(tenants_workload(model, 4, 48, 38, seed)), 4),
+        Experiment("multi-turn chat", "6 chats × 4 turns (chat completions, ~650-token system prompt), 4 in flight",
+                   tuple(chat_workload(model, 6, 4, 20)), 4),
+        Experiment("cache pressure", f"10 tenants × ~1,200 tokens: fit in both caches ({CAPACITY_BLOCKS} blocks "
+                                     "each) together, not in one; 60 requests, 4 in flight",
+                   tuple(tenants_workload(model, 10, 60, 38, seed + 1)), 4),
+    )
+
+
+# -- measuring -----------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Sent:
+    ttft: float | None  # seconds to the first streamed chunk; None when the request failed
+    routed_to: str
+
+
+def _send(client: Any, body: Mapping[str, Any]) -> Sent:
+    params = {key: value for key, value in body.items() if key != "ignore_eos"}
+    started = time.monotonic()
+    routed_to = "?"
+    try:
+        create = client.chat.completions if "messages" in body else client.completions
+        response = create.with_raw_response.create(**params, stream=True, extra_body={"ignore_eos": True},
+                                                   timeout=REQUEST_TIMEOUT)
+        routed_to = response.headers.get(ROUTED_HEADER, "?")
+        ttft = None
+        for _ in response.parse():
+            if ttft is None:
+                ttft = time.monotonic() - started
+        return Sent(ttft, routed_to)
+    except Exception:  # the openai client's APIError family and transport errors: counted as a failure
+        return Sent(None, routed_to)
+
+
+def drive(url: str, arrivals: Sequence[Arrival], concurrency: int) -> list[Sent]:
+    """Sends the workload as `predict --concurrency N` replays it: N clients, each taking the
+    next request whose session has no turn in flight."""
+    from openai import OpenAI
+
+    client = OpenAI(base_url=url + "/v1", api_key="unused", max_retries=0)
+    results: list[Sent | None] = [None] * len(arrivals)
+    turns: dict[str, list[int]] = {}
+    ready: list[int] = []
+    for index, arrival in enumerate(arrivals):
+        if arrival.session is None:
+            ready.append(index)
+        else:
+            turns.setdefault(arrival.session, []).append(index)
+    ready += [queue[0] for queue in turns.values()]
+    heapq.heapify(ready)
+    condition = threading.Condition()
+    done = [0]
+
+    def worker() -> None:
+        while True:
+            with condition:
+                while not ready and done[0] < len(arrivals):
+                    condition.wait(timeout=1.0)
+                if not ready:
+                    return
+                index = heapq.heappop(ready)
+            results[index] = _send(client, arrivals[index].body)
+            with condition:
+                done[0] += 1
+                session = arrivals[index].session
+                if session is not None:
+                    queue = turns[session]
+                    queue.pop(0)
+                    if queue:
+                        heapq.heappush(ready, queue[0])
+                condition.notify_all()
+
+    threads = [threading.Thread(target=worker, daemon=True) for _ in range(concurrency)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=REQUEST_TIMEOUT * len(arrivals))
+    return [result or Sent(None, "?") for result in results]
+
+
+@dataclass(frozen=True)
+class Run:
+    """One measured or predicted run of one setting: the figures the table compares."""
+
+    hit_rate: float
+    busiest_share: float
+    ttft_p50: float
+    ttft_p95: float
+    # Mean TTFT: measured, from vLLM's own histogram (the server's view, without the client's
+    # and serve's share); predicted, from the simulation.
+    ttft_mean: float = 0.0
+    failed: int = 0
+
+
+@contextmanager
+def serve_process(backends: Mapping[str, str], weights: Mapping[str, int] | None, round_robin: bool,
+                  seed: int, log: Path) -> Iterator[str]:
+    """`python -m routing serve` in its own process, as the gateway is its own pod: the client
+    driving the load then shares no interpreter with it. Yields its URL once every backend
+    has had a good scrape."""
+    port = free_port()
+    command = [sys.executable, "-m", "routing", "serve", "--port", str(port), "--seed", str(seed)]
+    for name, url in backends.items():
+        command += ["--backend", f"{name}={url}"]
+    if round_robin:
+        command.append("--round-robin")
+    elif weights:
+        command += ["--weights", ",".join(f"{name}={value}" for name, value in weights.items())]
+    url = f"http://127.0.0.1:{port}"
+    with open(log, "ab") as output:
+        process = subprocess.Popen(command, cwd=REPO_ROOT, stdout=output, stderr=subprocess.STDOUT,
+                                   stdin=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + SERVE_START_TIMEOUT
+        while True:
+            if process.poll() is not None:
+                raise RuntimeError(f"serve exited with code {process.returncode}; see {log}")
+            try:
+                with urllib.request.urlopen(url + "/health", timeout=2) as response:
+                    status = json.load(response)
+                if all(backend["fresh"] for backend in status["backends"].values()):
+                    break
+            except OSError:
+                pass
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"serve did not see every backend within {SERVE_START_TIMEOUT:g}s; see {log}")
+            time.sleep(0.1)
+        yield url
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(timeout=10)
+
+
+def measure(pair: VllmPair, experiment: Experiment, weights: Mapping[str, int] | None, round_robin: bool,
+            seed: int) -> tuple[Run, DeltaReport]:
+    pair.reset_prefix_caches()
+    pods = UrlPods(pair.backends)
+    with serve_process(pair.backends, weights, round_robin, seed, pair.log_dir / "serve.log") as url:
+        before, histograms = pods.read(), server_ttft_totals(pair)
+        sent = drive(url, experiment.arrivals, experiment.concurrency)
+        time.sleep(0.5)  # vLLM bumps its counters just after the last response
+        report = diff_reads(before, pods.read())
+        total, count = (after - earlier for after, earlier in zip(server_ttft_totals(pair), histograms))
+    ttfts = [s.ttft for s in sent if s.ttft is not None]
+    busiest = max(p.requests for p in report.pods) / max(1, report.requests)
+    return Run(report.hit_rate or 0.0, busiest, percentile(ttfts, 0.5) or 0.0, percentile(ttfts, 0.95) or 0.0,
+               total / count if count else 0.0, sum(1 for s in sent if s.ttft is None)), report
+
+
+def server_ttft_totals(pair: VllmPair) -> tuple[float, float]:
+    """(sum, count) of vllm:time_to_first_token_seconds over both servers."""
+    total = count = 0.0
+    for url in pair.backends.values():
+        with urllib.request.urlopen(url + "/metrics", timeout=15) as response:
+            seconds, requests = histogram_totals(response.read().decode())[TTFT_HISTOGRAM]
+        total, count = total + seconds, count + requests
+    return total, count
+
+
+class ServerCountedTokenizer:
+    """Each request's tokens as the server counts them: POST /tokenize with the prompt, or with
+    the messages for chat (the server applies its chat template), looked up by the picker's
+    view of the request."""
+
+    def __init__(self, url: str, arrivals: Sequence[Arrival]):
+        self.description = f"counted by {url}/tokenize (chat template applied by the server)"
+        self._tokens: dict[str, list[int]] = {}
+        for arrival in arrivals:
+            body = {"model": arrival.body["model"]}
+            body.update({"messages": arrival.body["messages"]} if "messages" in arrival.body
+                        else {"prompt": arrival.body["prompt"]})
+            request = urllib.request.Request(url.rstrip("/") + "/tokenize", data=json.dumps(body).encode(),
+                                             headers={"Content-Type": "application/json"}, method="POST")
+            with urllib.request.urlopen(request, timeout=30) as response:
+                self._tokens[arrival.request.prompt] = json.load(response)["tokens"]
+
+    def encode(self, text: str) -> list[int]:
+        return self._tokens[text]
+
+
+def predict_runs(pair: VllmPair, profile: LatencyProfile, experiment: Experiment, tokenizer: ServerCountedTokenizer,
+                 weights: Mapping[str, int] | None, round_robin: bool, seeds: Sequence[int]) -> list[Run]:
+    runs = []
+    for seed in seeds:
+        plan = plan_load(experiment.arrivals, concurrency=experiment.concurrency, seed=seed)
+        load = Load(plan, tuple(a.output_tokens for a in experiment.arrivals), profile.limits or DEFAULT_LIMITS)
+        prediction: Prediction = run_prediction([a.request for a in experiment.arrivals], weights=weights,
+                                                replicas=len(pair.servers), block_size=pair.block_size,
+                                                capacity_blocks=pair.capacity_blocks, tokenizer=tokenizer, seed=seed,
+                                                load=load, latency=profile.latency)
+        result, ttfts = ((prediction.round_robin, prediction.ttfts[1]) if round_robin
+                         else (prediction.picker, prediction.ttfts[0]))
+        busiest = max(p.requests for p in result.pods) / max(1, result.requests)
+        runs.append(Run(result.hit_rate or 0.0, busiest, percentile(ttfts, 0.5) or 0.0,
+                        percentile(ttfts, 0.95) or 0.0, sum(ttfts) / len(ttfts)))
+    return runs
+
+
+# -- comparing -----------------------------------------------------------------------------------
+
+def mean(values: Sequence[float]) -> float:
+    return sum(values) / len(values)
+
+
+@dataclass(frozen=True)
+class Row:
+    experiment: str
+    setting: str
+    measured: tuple[Run, ...]
+    predicted: tuple[Run, ...]
+
+    def figure(self, name: str) -> tuple[float, float]:
+        """(measured mean, predicted mean) of one Run field."""
+        return (mean([getattr(r, name) for r in self.measured]), mean([getattr(r, name) for r in self.predicted]))
+
+
+def ranking(rows: Sequence[Row], side: int) -> list[str]:
+    """Settings by hit rate, best first (side 0 measured, 1 predicted)."""
+    return [row.setting for row in sorted(rows, key=lambda row: -row.figure("hit_rate")[side])]
+
+
+def format_rows(rows: Sequence[Row]) -> str:
+    """The README's Markdown table: measured (mean, min–max over runs) against predicted."""
+    lines = ["| workload | setting | hit rate measured (min–max) | predicted | error | busiest pod's share "
+             "measured / predicted | TTFT p50 measured / predicted | error | vLLM's own TTFT mean / predicted mean "
+             "| failed |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for row in rows:
+        measured_rate, predicted_rate = row.figure("hit_rate")
+        rates = [r.hit_rate for r in row.measured]
+        share_m, share_p = row.figure("busiest_share")
+        ttft_m, ttft_p = row.figure("ttft_p50")
+        server_m, mean_p = row.figure("ttft_mean")
+        failed = sum(r.failed for r in row.measured)
+        lines.append(f"| {row.experiment} | {row.setting} | {measured_rate:.1%} ({min(rates):.1%}–{max(rates):.1%}) "
+                     f"| {predicted_rate:.1%} | {(predicted_rate - measured_rate) * 100:+.1f} pt "
+                     f"| {share_m:.0%} / {share_p:.0%} | {ttft_m * 1000:.0f} / {ttft_p * 1000:.0f} ms "
+                     f"| {(ttft_p / ttft_m - 1) * 100 if ttft_m else 0:+.0f}% "
+                     f"| {server_m * 1000:.0f} / {mean_p * 1000:.0f} ms | {failed} |")
+    return "\n".join(lines)
+
+
+def compare(pair: VllmPair, profile: LatencyProfile, *, runs: int, seeds: int, out: TextIO,
+            only: Sequence[str] | None = None) -> list[Row]:
+    """Every experiment × setting: `runs` measured runs and `seeds` predicted ones."""
+    rows = []
+    for experiment in experiments(pair.tokenizer.model):
+        if only and experiment.name not in only:
+            continue
+        tokenizer = ServerCountedTokenizer(pair.servers[0].url, experiment.arrivals)
+        for label, weights, round_robin in SETTINGS:
+            measured = []
+            for run in range(runs):
+                result, report = measure(pair, experiment, weights, round_robin, seed=100 + run)
+                measured.append(result)
+                print(f"  {experiment.name} / {label} run {run + 1}: hit rate {result.hit_rate:.1%}, per pod "
+                      f"{[p.requests for p in report.pods]}, TTFT p50 {result.ttft_p50 * 1000:.0f} ms, "
+                      f"failed {result.failed}", file=out, flush=True)
+            predicted = predict_runs(pair, profile, experiment, tokenizer, weights, round_robin, range(1, seeds + 1))
+            rows.append(Row(experiment.name, label, tuple(measured), tuple(predicted)))
+    return rows

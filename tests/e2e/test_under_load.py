@@ -1,0 +1,74 @@
+"""predict under load against two real vLLM servers behind `serve`, driven by the `openai` client.
+
+Its own pair of servers: a wider tiny model (prefill costs more than the servers' contention)
+and a small KV cache (routing.underload.SERVER_ARGS), calibrated with `calibrate`. Each of
+the three workloads runs once per setting (default weights, prefix=0,queue=3,kvCache=2,
+round-robin), predicted over three seeds. What is asserted is what held run after run in
+the benchmark (benchmarks/bench_under_load.py; the README has its table) and in the test's
+own runs: every request succeeds, default weights give the best hit rate on both sides,
+predicted hit rates are close to measured ones (within 5 points with default weights, 10
+with the load-placed settings), round-robin splits evenly. Latency is reported, not asserted: on a
+shared two-core machine it moves with whatever else runs.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from routing.calibrate import UrlPod, calibrate
+from routing.underload import HIDDEN_SIZE, LAYERS, SERVER_ARGS, compare, format_rows, ranking
+from routing.vllm_server import vllm_pair
+
+# Points of hit rate between prediction and one measured run. With the default weights the
+# prefix scorer decides: runs measured what was predicted within a point, except under cache
+# pressure, where what is evicted depends on timing (up to 3.2 points in one run). Under
+# prefix=0 and round-robin, placement follows load, so the order requests finish in moves
+# single runs by several points (multi-turn chat under prefix=0: 44.5-53.8% over the runs);
+# round-robin on multi-turn chat is a known miss (see the README).
+PREFIX_SCORED_TOLERANCE = 0.05
+LOAD_PLACED_TOLERANCE = 0.10
+KNOWN_MISS = {("multi-turn chat", "round-robin")}
+
+
+@pytest.fixture(scope="module")
+def rows(vllm_python, tmp_path_factory, progress):
+    work = tmp_path_factory.mktemp("under-load")
+    with vllm_pair(work / "tiny-model", work / "logs", vllm_python, out=progress, hidden_size=HIDDEN_SIZE,
+                   layers=LAYERS, extra_args=SERVER_ARGS) as pair:
+        profile = calibrate([UrlPod(name, url) for name, url in pair.backends.items()],
+                            progress=lambda line: progress.write(line + "\n"))
+        result = compare(pair, profile, runs=1, seeds=3, out=progress)
+    progress.write(format_rows(result) + "\n")
+    return result
+
+
+def test_every_request_through_serve_succeeds(rows):
+    assert [row.measured[0].failed for row in rows] == [0] * len(rows)
+    assert {row.experiment for row in rows} == {"multi-tenant", "multi-turn chat", "cache pressure"}
+
+
+def test_default_weights_have_the_best_hit_rate_measured_and_predicted(rows):
+    for experiment in dict.fromkeys(row.experiment for row in rows):
+        mine = [row for row in rows if row.experiment == experiment]
+        assert ranking(mine, 0)[0] == "default weights", experiment
+        default = next(row for row in mine if row.setting == "default weights").figure("hit_rate")[1]
+        others = [row.figure("hit_rate")[1] for row in mine
+                  if row.setting != "default weights" and (row.experiment, row.setting) not in KNOWN_MISS]
+        assert all(default > other for other in others), experiment
+
+
+def test_predicted_hit_rates_are_close_to_the_measured_ones(rows):
+    for row in rows:
+        if (row.experiment, row.setting) in KNOWN_MISS:
+            continue
+        measured, predicted = row.figure("hit_rate")
+        tolerance = PREFIX_SCORED_TOLERANCE if row.setting == "default weights" else LOAD_PLACED_TOLERANCE
+        assert abs(predicted - measured) <= tolerance, (row.experiment, row.setting, measured, predicted)
+
+
+def test_round_robin_splits_evenly_and_prefix_scoring_keeps_tenants_together(rows):
+    for row in rows:
+        measured, predicted = row.figure("busiest_share")
+        if row.setting == "round-robin":
+            assert measured == predicted == 0.5
+        assert abs(measured - predicted) <= 0.15, (row.experiment, row.setting, measured, predicted)

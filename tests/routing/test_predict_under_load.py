@@ -1,0 +1,355 @@
+"""predict in simulated time: arrivals, sessions, scrapes, picker replicas, outputs, sweep and calibrate's fit."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+
+import pytest
+
+from routing import predict as predict_command
+from routing import sweep
+from routing.arrivals import Arrival, LoadPlan, load_arrivals, plan_load
+from routing.calibrate import fit, histogram_totals
+from routing.latency import EngineLimits, LatencyModel, LatencyProfile, ProfileError, percentile
+from routing.picker import EndpointPicker, Request
+from routing.predict import Load, run_prediction
+from routing.prefix import EstimateTokenizer
+from routing.simulate import Fleet, prepare, simulate_under_load
+from routing.workloads import WorkloadError, seed_shared, to_requests
+
+LATENCY = LatencyModel(step_s=0.01, prefill_token_s=0.0001, decode_seq_s=0.001, overhead_s=0.0)
+LIMITS = EngineLimits(max_num_seqs=64, max_num_batched_tokens=4096)
+KV_ONLY = {"queue": 0, "kvCache": 1, "prefix": 0}
+
+
+def body(prompt: str, max_tokens: int = 4) -> dict:
+    return {"model": "m", "prompt": prompt, "max_tokens": max_tokens}
+
+
+def replay(prompts, plan, *, weights=KV_ONLY, interval=0.05, seed=0, pods=2, output=4, explain=None):
+    requests = [Request("m", p) for p in prompts]
+    prepared = prepare(requests, [output] * len(requests), EstimateTokenizer(), 16)
+    fleet = Fleet(tuple(f"pod-{i}" for i in range(pods)), (EndpointPicker(weights, seed=seed),), 1000, LIMITS,
+                  LATENCY, interval)
+    return simulate_under_load(prepared, plan, fleet, seed=seed, explain=explain)
+
+
+# -- what the picker sees --------------------------------------------------------------------------
+
+def test_a_stale_scrape_changes_a_pick():
+    # Request 0 (a long prompt, a long reply) runs on one pod; request 1 comes 0.5 s later. The
+    # kvCache scorer sends it to the other pod once a scrape shows request 0's blocks in use;
+    # with scrapes 100 s apart the picker still sees both pods idle and breaks the tie at
+    # random, so some seeds put it on the busy pod.
+    prompts = ["x" * 4000, "y" * 40]
+    plan = LoadPlan((None, None), send_at=(0.0, 0.5))
+    fresh = [replay(prompts, plan, output=200, seed=seed, interval=0.01).placements for seed in range(20)]
+    stale = [replay(prompts, plan, output=200, seed=seed, interval=100.0).placements for seed in range(20)]
+    assert all(first != second for first, second in fresh)
+    assert any(first == second for first, second in stale)
+
+
+def test_explain_shows_what_the_last_scrape_read():
+    prompts = ["x" * 4000, "y" * 40]
+    result = replay(prompts, LoadPlan((None, None), send_at=(0.0, 0.5)), output=200, interval=0.01, explain=1)
+    seen = {pod.name: pod for pod in result.explained.seen}
+    busy = seen[result.placements[0]]
+    assert busy.running == 1 and busy.kv_usage > 0
+    assert result.explained.decision.pod != result.placements[0]
+
+
+# -- arrivals and sessions -------------------------------------------------------------------------
+
+def test_one_in_flight_under_load_hits_as_the_serial_replay_does():
+    requests = to_requests(seed_shared())
+    serial = run_prediction(requests, replicas=2, seed=3)
+    plan = plan_load([Arrival(b, r) for b, r in zip(seed_shared(), requests)], concurrency=1)
+    loaded = run_prediction(requests, replicas=2, seed=3, load=Load(plan, (4,) * 12), latency=LATENCY)
+    assert (loaded.picker.hits, loaded.picker.queries) == (serial.picker.hits, serial.picker.queries)
+    assert loaded.round_robin.hits == serial.round_robin.hits
+
+
+def test_closed_loop_keeps_n_in_flight_and_a_sessions_turns_in_order():
+    prompts = [f"turn {n} " * 50 for n in range(12)]
+    sessions = tuple(f"s{n % 3}" for n in range(12))
+    result = replay(prompts, LoadPlan(sessions, concurrency=2), output=8)
+    events = sorted([(t, 1) for t in result.sent_at] + [(t, -1) for t in result.finished_at])
+    in_flight, most = 0, 0
+    for _, change in events:
+        in_flight += change
+        most = max(most, in_flight)
+    assert most == 2
+    for session in set(sessions):
+        turns = [n for n in range(12) if sessions[n] == session]
+        for earlier, later in zip(turns, turns[1:]):
+            assert result.sent_at[later] >= result.finished_at[earlier]
+
+
+def test_a_timed_sessions_next_turn_waits_for_the_previous_one():
+    plan = LoadPlan(("a", "a", None), send_at=(0.0, 0.0, 0.0))
+    result = replay(["p" * 400, "q" * 400, "r" * 400], plan, output=8)
+    assert result.sent_at[1] == pytest.approx(result.finished_at[0])
+    assert result.sent_at[2] == 0.0
+
+
+def test_poisson_arrivals_have_the_asked_rate_and_repeat_with_the_seed():
+    arrivals = [Arrival(body("x"), Request("m", "x"))] * 2000
+    plan = plan_load(arrivals, rate=50.0, seed=4)
+    gaps = [b - a for a, b in zip(plan.send_at, plan.send_at[1:])]
+    assert sum(gaps) / len(gaps) == pytest.approx(1 / 50, rel=0.1)
+    assert plan_load(arrivals, rate=50.0, seed=4) == plan
+    assert plan_load(arrivals) is None  # bare bodies, no option: serial
+
+
+def test_jsonl_with_times_and_sessions(tmp_path):
+    path = tmp_path / "w.jsonl"
+    lines = [{"at": 0, "session": "a", "body": body("hello")}, {"at": 1.5, "session": 7, "body": body("again", 9)}]
+    path.write_text("\n".join(json.dumps(line) for line in lines) + "\n")
+    arrivals = load_arrivals(str(path), model="served")
+    assert [(a.at, a.session, a.output_tokens, a.body["model"]) for a in arrivals] == [
+        (0.0, "a", 4, "served"), (1.5, "7", 9, "served")]
+    assert plan_load(arrivals).send_at == (0.0, 1.5)
+
+
+@pytest.mark.parametrize("lines, message", [
+    ([{"at": 0, "body": body("a")}, body("b")], r"line 2: the file has lines of the form"),
+    ([{"at": -1, "body": body("a")}], r'line 1: "at" -1 must be seconds'),
+    ([{"at": 0, "body": {"model": "m"}}], r"line 1: the body has neither `prompt`"),
+])
+def test_timed_workload_errors_name_the_line(tmp_path, lines, message):
+    path = tmp_path / "w.jsonl"
+    path.write_text("\n".join(json.dumps(line) for line in lines) + "\n")
+    with pytest.raises(WorkloadError, match=message):
+        load_arrivals(str(path))
+
+
+def test_some_lines_without_a_time_need_rate_or_concurrency():
+    arrivals = [Arrival(body("a"), Request("m", "a"), at=0.0), Arrival(body("b"), Request("m", "b"))]
+    with pytest.raises(WorkloadError, match='request 1 has no "at".*--rate or --concurrency'):
+        plan_load(arrivals)
+    assert plan_load(arrivals, concurrency=2).concurrency == 2
+
+
+# -- picker replicas -------------------------------------------------------------------------------
+
+def test_each_picker_replica_learns_the_shared_prefix_on_its_own():
+    requests = to_requests(seed_shared())
+    plan = LoadPlan((None,) * 12, concurrency=1)
+    one = run_prediction(requests, replicas=4, seed=5, load=Load(plan, (4,) * 12), latency=LATENCY)
+    four = [run_prediction(requests, replicas=4, seed=seed, load=Load(plan, (4,) * 12), latency=LATENCY,
+                           picker_replicas=4) for seed in range(10)]
+    assert len(one.picker.pods_used) == 1
+    # A replica that has not seen the preamble scores every pod 0 for it: several pods get it.
+    assert any(len(p.picker.pods_used) > 1 for p in four)
+    assert all(p.picker.hit_rate <= one.picker.hit_rate for p in four)
+
+
+# -- the command line ------------------------------------------------------------------------------
+
+def run_cli(*argv: str, capsys) -> tuple[int, str, str]:
+    parser = argparse.ArgumentParser()
+    predict_command.add_parser(parser.add_subparsers())
+    args = parser.parse_args(["predict", *argv])
+    status = args.func(args)
+    out, err = capsys.readouterr()
+    return status, out, err
+
+
+def test_cli_under_load_prints_ttft_and_queue_per_pod_and_flags_the_default_latency(capsys):
+    status, out, _ = run_cli("--pods", "2", "--workload", "seed-unique", "--concurrency", "4", "--seed", "1",
+                             capsys=capsys)
+    assert status == 0
+    assert "12 requests, closed loop, 4 in flight" in out
+    assert re.search(r"TTFT p50 +p95 +p99 +queue p50", out)
+    assert "latency from the built-in default" in out and "routing calibrate" in out
+
+
+def test_cli_json_under_load_keeps_the_keys_and_adds_ttft_and_the_spread(capsys):
+    status, out, _ = run_cli("--pods", "2", "--workload", "seed-shared", "--rate", "20", "--seed", "1", "--runs", "3",
+                             "--json", capsys=capsys)
+    result = json.loads(out)
+    assert status == 0
+    assert {"pods", "hitRate", "roundRobin", "bestHitRate", "ttft"} <= set(result)
+    assert set(result["ttft"]) == {"p50", "p95", "p99"} and set(result["roundRobin"]["ttft"]) == {"p50", "p95", "p99"}
+    low, high = result["spread"]["picker"]["hitRate"]
+    assert result["spread"]["runs"] == 3 and low <= result["hitRate"] <= high
+
+
+def test_cli_explain_lays_out_each_scorer_and_the_margin(capsys):
+    status, out, _ = run_cli("--pods", "2", "--workload", "seed-shared", "--seed", "1", "--explain", "3",
+                             capsys=capsys)
+    assert status == 0
+    assert "Request 3:" in out and "prefix-cache-scorer ×3" in out and "<- picked" in out
+    assert re.search(r"margin over the runner-up pod-\d: 2\.\d{3}", out)
+
+
+def test_cli_explain_outside_the_workload_is_an_error(capsys):
+    status, _, err = run_cli("--pods", "2", "--explain", "12", capsys=capsys)
+    assert status == 2 and "--explain 12: the workload has requests 0 to 11" in err
+
+
+def test_cli_latency_profile_sets_the_servers_cache(capsys, tmp_path):
+    profile = tmp_path / "p.json"
+    LatencyProfile(LATENCY, block_size=128, num_gpu_blocks=500, limits=EngineLimits(8, 512), source="test").save(profile)
+    status, out, _ = run_cli("--pods", "2", "--concurrency", "2", "--latency-profile", str(profile), "--seed", "1",
+                             capsys=capsys)
+    assert status == 0
+    assert "block size 128 tokens, 500 blocks" in out and "at most 8 sequences and 512 tokens per step" in out
+    assert f"latency from {profile} (test)" in out
+
+
+def test_a_bad_profile_names_the_file_and_the_fix(capsys, tmp_path):
+    path = tmp_path / "p.json"
+    path.write_text('{"kind": "something else"}')
+    with pytest.raises(ProfileError, match="routing calibrate --out FILE"):
+        LatencyProfile.load(path)
+    status, _, err = run_cli("--pods", "2", "--latency-profile", str(path), capsys=capsys)
+    assert status == 2 and str(path) in err
+
+
+# -- the weight advisor ----------------------------------------------------------------------------
+
+def test_sweep_option_reads_ranges_and_single_values():
+    assert sweep.sweep_option("prefix=0..2,queue=3") == {"prefix": (0, 1, 2), "queue": (3,)}
+
+
+@pytest.mark.parametrize("text, message", [
+    ("prefx=0..2", "not a weight"), ("prefix=2..1", "0 <= A <= B"), ("prefix=a", "whole numbers"),
+    ("prefix=0..1,prefix=2", "named twice"), ("prefix", "NAME=A..B"),
+    ("prefix=0..20,queue=0..20,kvCache=0..20", "more than 2000"),
+])
+def test_sweep_option_errors(text, message):
+    with pytest.raises(argparse.ArgumentTypeError, match=message):
+        sweep.sweep_option(text)
+
+
+def test_sweep_finds_that_prefix_scoring_wins_on_the_shared_batch_and_prints_the_config(capsys, tmp_path):
+    plot = tmp_path / "sweep.png"
+    status, out, err = run_cli("--stack", "dev", "--model", "qwen-small", "--workload", "seed-shared", "--seed", "1",
+                               "--sweep", "prefix=0..2,queue=0..1", "--plot", str(plot), capsys=capsys)
+    assert status == 0
+    assert "sweep 6/6" in err
+    best = re.search(r"Best for hit-rate: prefix=(\d), queue=(\d)", out)
+    assert best and best.group(1) != "0"
+    assert "pulumi config set --path 'models[1].weights.prefix'" in out and "--stack dev" in out
+    assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_best_of_each_objective():
+    results = [sweep.SettingResult({"prefix": 0}, 0.5, (0.5, 0.5), 0.2, 0.0),
+               sweep.SettingResult({"prefix": 1}, 0.9, (0.9, 0.9), 0.4, 1.0),
+               sweep.SettingResult({"prefix": 2}, 0.9, (0.9, 0.9), 0.1, 0.5)]
+    assert sweep.best_of(results, "hit-rate").setting == {"prefix": 1}
+    assert sweep.best_of(results, "ttft-p95").setting == {"prefix": 2}
+    assert sweep.best_of(results, "balance").setting == {"prefix": 0}
+
+
+def test_plot_needs_a_sweep(capsys, tmp_path):
+    status, _, err = run_cli("--pods", "2", "--plot", str(tmp_path / "x.png"), capsys=capsys)
+    assert status == 2 and "--plot" in err and "--sweep" in err
+
+
+# -- calibrate's fit -------------------------------------------------------------------------------
+
+def test_fit_recovers_a_known_latency_model():
+    truth = LatencyModel(step_s=0.004, prefill_token_s=0.0002, decode_seq_s=0.001, overhead_s=0.01,
+                         overhead_token_s=0.00001, context_token_s=0.000003)
+    samples = []
+    for prompt in (300, 900, 1500):
+        samples.append({"kind": "prefill", "phase": f"prefill-{prompt}", "sequences": 1, "prompt": prompt,
+                        "computed": prompt, "prefill": truth.step_seconds(prompt, 0), "queue": 0.0,
+                        "client": truth.step_seconds(prompt, 0) + truth.overhead_seconds(prompt), "itl": None,
+                        "spread": 0.1})
+    samples.append({"kind": "prefill", "phase": "prefill-hit", "sequences": 1, "prompt": 900, "computed": 200,
+                    "prefill": truth.step_seconds(200, 0, 700), "queue": 0.0, "client": 0.0, "itl": None,
+                    "spread": 0.5})
+    for sequences, prompt in ((1, 50), (6, 50), (1, 900), (3, 900)):
+        context = prompt + 16
+        samples.append({"kind": "decode", "phase": f"decode-{sequences}-{prompt}", "sequences": sequences,
+                        "prompt": prompt, "computed": prompt, "prefill": 0.1, "queue": 0.0, "client": 0.1,
+                        "itl": truth.step_seconds(0, sequences, sequences * context), "spread": 0.1})
+    fitted = fit(samples, budget=2048)
+    for name in ("step_s", "prefill_token_s", "decode_seq_s", "context_token_s", "overhead_s", "overhead_token_s"):
+        assert getattr(fitted, name) == pytest.approx(getattr(truth, name), rel=1e-6, abs=1e-9), name
+    assert fitted.jitter == pytest.approx(0.1)
+
+
+def test_histogram_totals_sum_label_sets():
+    text = ('vllm:time_to_first_token_seconds_sum{engine="0"} 1.5\n'
+            'vllm:time_to_first_token_seconds_count{engine="0"} 3\n'
+            'vllm:time_to_first_token_seconds_sum{engine="1"} 0.5\n'
+            'vllm:time_to_first_token_seconds_count{engine="1"} 1\n'
+            'vllm:time_to_first_token_seconds_bucket{engine="1",le="1"} 1\n')
+    assert histogram_totals(text)["vllm:time_to_first_token_seconds"] == (2.0, 4.0)
+
+
+def test_percentile_interpolates_like_numpy():
+    assert percentile([1.0, 2.0, 3.0, 4.0], 0.5) == 2.5 and percentile([], 0.5) is None
+    assert percentile([5.0], 0.99) == 5.0
+
+
+# -- the picker's tie-breaking, after its optimisation ---------------------------------------------
+
+def test_the_picker_breaks_ties_exactly_as_shuffle_then_stable_sort():
+    import random as random_module
+
+    from routing.picker import PodMetrics
+
+    rng = random_module.Random(11)
+    for seed in range(30):
+        picker = EndpointPicker({"queue": 1, "kvCache": 1, "prefix": 0}, seed=seed)
+        reference = random_module.Random(seed)
+        for _ in range(40):
+            pods = [PodMetrics(f"pod-{i}", waiting=rng.randrange(2), kv_usage=rng.choice([0.0, 0.5]))
+                    for i in range(rng.randrange(1, 9))]
+            decision = picker.pick(Request("m", "x"), pods)
+            order = [pod.name for pod in pods]
+            reference.shuffle(order)
+            order.sort(key=lambda name: -decision.totals[name])
+            assert decision.pod == order[0]
+
+
+# -- a weight change mid-run -----------------------------------------------------------------------
+
+def test_a_weight_change_restarts_the_pickers_with_empty_indexes_while_caches_stay_warm(tmp_path, capsys):
+    # One preamble, a request every 0.1 s: the picker keeps them all on one pod. At 1 s the
+    # weights "change" (to the same values): the new picker knows no prefix, so the next
+    # request is a tie the random draw may send to the other, cold pod.
+    lines = [{"at": n / 10, "body": body("You are helpful. " * 60 + f"Question {n}")} for n in range(20)]
+    path = tmp_path / "w.jsonl"
+    path.write_text("\n".join(json.dumps(line) for line in lines) + "\n")
+    changed = tmp_path / "changed.jsonl"
+    changed.write_text(path.read_text() + json.dumps({"at": 1.0, "weights": {"prefix": 3}}) + "\n")
+    steady = [json.loads(run_cli("--pods", "2", "--workload", str(path), "--seed", str(s), "--json",
+                                 capsys=capsys)[1]) for s in range(8)]
+    after = [json.loads(run_cli("--pods", "2", "--workload", str(changed), "--seed", str(s), "--json",
+                                capsys=capsys)[1]) for s in range(8)]
+    assert all(sum(1 for pod in r["pods"] if pod["requests"]) == 1 for r in steady)
+    assert any(sum(1 for pod in r["pods"] if pod["requests"]) == 2 for r in after)
+    assert sum(r["hitRate"] for r in after) < sum(r["hitRate"] for r in steady)
+    status, out, _ = run_cli("--pods", "2", "--workload", str(changed), "--seed", "1", capsys=capsys)
+    assert status == 0 and "at 1s the weights change to prefix=3: fresh picker indexes" in out
+
+
+def test_a_weight_change_needs_a_clock(tmp_path):
+    path = tmp_path / "w.jsonl"
+    path.write_text(json.dumps({"at": 0, "session": None, "body": body("a")}).replace('"at": 0, ', "") + "\n"
+                    + json.dumps({"at": 1, "weights": {"prefix": 0}}) + "\n")
+    from routing.arrivals import load_weight_changes
+
+    arrivals = load_arrivals(str(path))
+    with pytest.raises(WorkloadError, match="changes weights at set times, so it needs a clock"):
+        plan_load(arrivals, weight_changes=load_weight_changes(str(path)))
+
+
+# -- what the server computes: server_tokens ------------------------------------------------------
+
+def test_a_batch_completion_is_one_request_per_prompt_serially_and_refused_under_load():
+    batch = [{"model": "m", "prompt": ["first prompt " * 20, "second prompt " * 20], "max_tokens": 4}]
+    serial = run_prediction(to_requests(batch), replicas=2, seed=1)
+    assert serial.picker.requests == 2  # vLLM runs (and counts) each prompt as a request
+    plan = plan_load([Arrival(b, r) for b, r in zip(batch, to_requests(batch))], concurrency=1)
+    with pytest.raises(predict_command.PredictError, match="holds 2 prompts in one completion"):
+        run_prediction(to_requests(batch), replicas=2, seed=1, load=Load(plan, (4,)), latency=LATENCY)
