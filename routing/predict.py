@@ -28,6 +28,7 @@ from .arrivals import Arrival, LoadPlan, WeightChange, load_arrivals, load_weigh
 from .engine import CapacityError
 from .latency import (DEFAULT_LATENCY, DEFAULT_LATENCY_NOTE, DEFAULT_LIMITS, EngineLimits, LatencyModel,
                       LatencyProfile, ProfileError, percentile)
+from .plugins import EndpointPickerConfig, load_endpoint_picker_config
 from .options import (OptionError, add_model_options, load_stack_model, positive_int, positive_seconds,
                       weights_option)
 from .picker import (Decision, EndpointPicker, Picker, PickerConfigError, PodMetrics, Request, RoundRobinPicker,
@@ -72,13 +73,15 @@ class ReplicatedPicker:
         return self.replicas[self._rng.randrange(len(self.replicas))].pick(request, pods)
 
 
-def replica_pickers(weights: Mapping[str, int], count: int, seed: int | None) -> tuple[EndpointPicker, ...]:
-    """`count` fresh picker replicas (a weight change rolls them: fresh indexes); one replica
-    keeps `seed` itself, so a single picker breaks ties as `serve --seed` does."""
+def replica_pickers(configuration: Mapping[str, int] | EndpointPickerConfig, count: int,
+                    seed: int | None) -> tuple[EndpointPicker, ...]:
+    """`count` fresh picker replicas of weights or a whole EndpointPickerConfig (a weight change
+    rolls them: fresh indexes); one replica keeps `seed` itself, so a single picker breaks ties
+    as `serve --seed` does."""
     if count == 1:
-        return (EndpointPicker(weights, seed=seed),)
+        return (EndpointPicker(configuration, seed=seed),)
     seeds = random.Random(seed)
-    return tuple(EndpointPicker(weights, seed=seeds.randrange(2 ** 32)) for _ in range(count))
+    return tuple(EndpointPicker(configuration, seed=seeds.randrange(2 ** 32)) for _ in range(count))
 
 
 def ttft_figures(ttfts: Sequence[float]) -> dict[str, float | None]:
@@ -132,7 +135,7 @@ def run_prediction(requests: Sequence[Request], *, weights: Mapping[str, int] | 
                    capacity_blocks: int | None = DEFAULT_CAPACITY_BLOCKS, tokenizer: Tokenizer | None = None,
                    seed: int | None = None, load: Load | None = None, latency: LatencyModel = DEFAULT_LATENCY,
                    limits: EngineLimits = DEFAULT_LIMITS, picker_replicas: int = 1,
-                   explain: int | None = None) -> Prediction:
+                   explain: int | None = None, picker_config: EndpointPickerConfig | None = None) -> Prediction:
     """Replays `requests` onto `replicas` pods named `<pod_prefix>-<i>`, routed by a picker with
     `weights` laid over the default profile (as `serve` and the cluster's picker do):
     serially, or under `load` in simulated time."""
@@ -142,8 +145,13 @@ def run_prediction(requests: Sequence[Request], *, weights: Mapping[str, int] | 
         raise WorkloadError("the workload has no requests")
     if explain is not None and not 0 <= explain < len(requests):
         raise PredictError(f"--explain {explain}: the workload has requests 0 to {len(requests) - 1}")
-    weights = with_default_weights(weights)
-    pickers = replica_pickers(weights, picker_replicas, seed)
+    if picker_config is not None:
+        # The user's whole configuration: its scorers and weights are what run, nothing laid over.
+        pickers = replica_pickers(picker_config, picker_replicas, seed)
+        weights = dict(pickers[0].weights)
+    else:
+        weights = with_default_weights(weights)
+        pickers = replica_pickers(weights, picker_replicas, seed)
     tokenizer = tokenizer or EstimateTokenizer()
     names = tuple(f"{pod_prefix}-{i}" for i in range(replicas))
 
@@ -283,6 +291,8 @@ class _Target:
     picker_replicas: int | None = None
     # The `pulumi config set --path` prefix for this model's weights: models[i] or the gateway's.
     config_path: str = "weights"
+    # The model's own EndpointPickerConfig (models[].pickerConfigMap.file), which replaces weights.
+    picker_config: EndpointPickerConfig | None = None
 
 
 def _target(args: argparse.Namespace) -> _Target:
@@ -295,6 +305,17 @@ def _target(args: argparse.Namespace) -> _Target:
         return _Target("Prediction without a stack", "pod", None, overrides, args.pods)
 
     model = found.model
+    index = found.settings.models.index(model)
+    if model.picker_config_map is not None:
+        config = found.picker_config(f"To predict with explicit weights, use --pods {model.replicas or 2} --weights ...")
+        if overrides:
+            raise PredictError(f"--weights: model {model.name!r} runs its own EndpointPickerConfig "
+                               f"({model.picker_config_map.file}), which has no weights to override; edit its "
+                               "scheduling profile's weights instead.")
+        return _Target(f"Prediction for stack {args.stack}, model {model.name} ({model.model}), picker configuration "
+                       f"{model.picker_config_map.file}", model.name, model.model, {},
+                       args.replicas if args.replicas is not None else model.replicas, (), model.picker_replicas,
+                       f"models[{index}].weights", load_endpoint_picker_config(config))
     weights = {**found.weights(f"To predict with explicit weights, use --pods {model.replicas or 2} --weights ..."),
                **overrides}
     if lru_conflict(model.scheduler, weights):
@@ -308,7 +329,6 @@ def _target(args: argparse.Namespace) -> _Target:
     if model.scheduler == "epp":
         caveats = ("scheduler epp: modelled with the llm-d router v0.10 scorers; which upstream release HyperPod's "
                    "epp scheduler runs is not documented",)
-    index = found.settings.models.index(model)
     return _Target(f"Prediction for stack {args.stack}, model {model.name} ({model.model})", model.name, model.model,
                    weights, replicas, caveats, model.picker_replicas, f"models[{index}].weights")
 
@@ -343,7 +363,8 @@ class _Setup:
                               pod_prefix=self.target.pod_prefix, block_size=self.block_size,
                               capacity_blocks=self.capacity_blocks, tokenizer=self.tokenizer, seed=seed,
                               load=self.load(args, seed), latency=self.latency, limits=self.limits,
-                              picker_replicas=self.picker_replicas, explain=explain)
+                              picker_replicas=self.picker_replicas, explain=explain,
+                              picker_config=self.target.picker_config)
 
 
 def _setup(args: argparse.Namespace) -> _Setup:
@@ -384,6 +405,9 @@ def run(args: argparse.Namespace) -> int:
         if args.plot and len(args.sweep) > MAX_PLOTTED_WEIGHTS:
             raise PredictError(f"--plot {args.plot}: draws up to {MAX_PLOTTED_WEIGHTS} swept weights, --sweep names "
                                f"{len(args.sweep)}; sweep fewer, or drop --plot")
+        if setup.target.picker_config is not None and (args.sweep or setup.weight_changes):
+            raise PredictError("--sweep and weight changes in the workload vary weights, and this model runs its own "
+                               "EndpointPickerConfig instead: vary the file's weights, or predict with --weights.")
         if args.sweep:
             return sweep.run_sweep(args, setup, seed)
         predictions = [setup.predict(args, setup.target.weights, seed + run, args.explain if run == 0 else None)

@@ -279,11 +279,11 @@ def _stack_with(tmp_path: Path, extra: str) -> Path:
     return tmp_path
 
 
-def test_cli_refuses_a_model_with_a_custom_picker_config_map(capsys, tmp_path):
+def test_cli_refuses_a_model_whose_picker_config_map_is_only_in_the_cluster(capsys, tmp_path):
     stacks = _stack_with(tmp_path, "      pickerConfigMap:\n        name: my-picker\n")
     status, _, err = run_cli("--stack", "custom", "--model", "qwen-small", "--stacks-dir", str(stacks), capsys=capsys)
     assert status == 2
-    assert "custom picker ConfigMap (my-picker" in err and "--pods" in err
+    assert "uses the picker ConfigMap my-picker" in err and "pickerConfigMap.file" in err and "--pods" in err
 
 
 def test_cli_replicas_override_and_scaled_down_models(capsys, tmp_path):
