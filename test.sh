@@ -23,6 +23,10 @@ echo "== installing the program's, the routing toolkit's and the test tools' req
   -r requirements.txt -r requirements-routing.txt -r requirements-dev.txt 2>&1 \
   | { grep -v "^WARNING: Location" || true; }
 
+# The Gateway API object schemas the program's tests validate rendered Gateways and HTTPRoutes with.
+echo "== installing the Gateway API schemas (npm)"
+(cd tests/gateway_api && npm ci --silent --no-audit --no-fund)
+
 if $unit_only; then
   exec .venv/bin/python -m pytest -m "not e2e" "$@"
 fi

@@ -2,6 +2,7 @@
 and what a weight change changes."""
 
 import json
+import subprocess
 from pathlib import Path
 
 import jsonschema
@@ -145,3 +146,27 @@ def test_without_the_load_balancer_controller_the_gateway_stays_in_the_cluster()
     annotations = run.kubernetes_object("Gateway", "inference-gateway")["spec"]["infrastructure"]["annotations"]
     assert annotations == {"networking.istio.io/service-type": "ClusterIP"}
     assert not any("load-balancer-controller" in r.name for r in run.resources)
+
+
+GATEWAY_API_VALIDATOR = Path(__file__).parent / "gateway_api" / "validate.mjs"
+
+
+def gateway_api_problems(objects) -> str:
+    """What the Gateway API v1 schemas say of these objects ('' when they are valid)."""
+    result = subprocess.run(["node", str(GATEWAY_API_VALIDATOR)], input=json.dumps(objects), capture_output=True,
+                            text=True, timeout=60)
+    assert result.returncode in (0, 1), result.stderr
+    return result.stdout
+
+
+def test_the_gateway_and_routes_validate_against_the_gateway_api_schemas():
+    from tests.test_program import as_kubernetes_json
+
+    run = eks_run()
+    objects = [as_kubernetes_json(r.inputs) for r in run.resources
+               if r.inputs.get("apiVersion") == "gateway.networking.k8s.io/v1"]
+    assert sorted(o["kind"] for o in objects) == ["Gateway", "HTTPRoute", "HTTPRoute"]
+    assert gateway_api_problems(objects) == ""
+    broken = json.loads(json.dumps(objects))
+    broken[1]["spec"]["rules"][0]["matches"][0]["path"]["type"] = "Prefix"
+    assert "must be equal to one of the allowed values" in gateway_api_problems(broken)
