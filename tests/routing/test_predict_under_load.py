@@ -18,6 +18,7 @@ from routing.predict import Load, run_prediction
 from routing.prefix import EstimateTokenizer
 from routing.simulate import Fleet, prepare, simulate_under_load
 from routing.workloads import WorkloadError, seed_shared, to_requests
+from test_predict import run_cli
 
 LATENCY = LatencyModel(step_s=0.01, prefill_token_s=0.0001, decode_seq_s=0.001, overhead_s=0.0)
 LIMITS = EngineLimits(max_num_seqs=64, max_num_batched_tokens=4096)
@@ -147,15 +148,6 @@ def test_each_picker_replica_learns_the_shared_prefix_on_its_own():
 
 
 # -- the command line ------------------------------------------------------------------------------
-
-def run_cli(*argv: str, capsys) -> tuple[int, str, str]:
-    parser = argparse.ArgumentParser()
-    predict_command.add_parser(parser.add_subparsers())
-    args = parser.parse_args(["predict", *argv])
-    status = args.func(args)
-    out, err = capsys.readouterr()
-    return status, out, err
-
 
 def test_cli_under_load_prints_ttft_and_queue_per_pod_and_flags_the_default_latency(capsys):
     status, out, _ = run_cli("--pods", "2", "--workload", "seed-unique", "--concurrency", "4", "--seed", "1",
