@@ -211,8 +211,9 @@ def _min_max_scores(values: Mapping[str, int]) -> dict[str, float]:
     # (max - v) / (max - min); all equal is neutral, 1.0.
     low, high = min(values.values()), max(values.values())
     if low == high:
-        return {name: 1.0 for name in values}
-    return {name: (high - value) / (high - low) for name, value in values.items()}
+        return dict.fromkeys(values, 1.0)
+    span = high - low
+    return {name: (high - value) / span for name, value in values.items()}
 
 
 def _lora_score(pod: PodMetrics, target: str) -> float:
@@ -388,6 +389,8 @@ class _Scorer:
     whose match info it reads."""
 
     producer: str | None = None
+    # Scores from the pods' metrics alone (not the request, not what was picked before).
+    reads_only_pods = False
 
     def __init__(self, parameters: Mapping[str, Any]):
         """Scorers without parameters take none (upstream's factories ignore them)."""
@@ -401,18 +404,24 @@ class _Scorer:
 
 class _QueueScorer(_Scorer):
     # LDR scorer/queuedepth/queue.go@v0.10.0.
+    reads_only_pods = True
+
     def score(self, request, pods, match):
         return _min_max_scores({pod.name: pod.waiting for pod in pods})
 
 
 class _RunningRequestsScorer(_Scorer):
     # LDR scorer/runningrequests/runningrequest.go@v0.10.0.
+    reads_only_pods = True
+
     def score(self, request, pods, match):
         return _min_max_scores({pod.name: pod.running for pod in pods})
 
 
 class _KvCacheScorer(_Scorer):
     # LDR scorer/kvcacheutilization/kvcache_utilization.go@v0.10.0: not normalised.
+    reads_only_pods = True
+
     def score(self, request, pods, match):
         return {pod.name: 1.0 - pod.kv_usage for pod in pods}
 
@@ -538,6 +547,18 @@ class EndpointPicker:
                 raise PickerConfigError(f"{where}: filters are not modelled (the model scores every ready pod). "
                                         "Remove it to predict as if it let every pod through.")
         self.weights: Mapping[str, float] = MappingProxyType(weights)
+        # Picks that see the same metrics (every pick between two scrapes) share the scores of the
+        # scorers that read only them, and the partial totals of the leading run of such scorers
+        # (totals add up scorer by scorer, in profile order, so only a leading run can be shared).
+        weight_items = tuple(weights.items())
+        shared = 0
+        while shared < len(weight_items) and self._scorers[weight_items[shared][0]].reads_only_pods:
+            shared += 1
+        self._metrics_weights = weight_items[:shared]
+        self._request_weights = weight_items[shared:]
+        self._scored_pods: tuple[PodMetrics, ...] | None = None
+        self._metrics_scores: dict[str, dict[str, float]] = {}
+        self._metrics_totals: dict[str, float] = {}
         self._producers: dict[str, _PrefixProducer] = {}
         for scorer in self._scorers.values():
             if scorer.producer is not None and scorer.producer not in self._producers:
@@ -569,33 +590,36 @@ class EndpointPicker:
         if not pods:
             raise ValueError("no candidate pods: the pool's selector matches no ready pod")
         # Callers pass pods with distinct names (a gateway's backends by name, a simulated fleet).
-        by_name = {pod.name: pod for pod in pods}
-        names = list(by_name)
+        names = [pod.name for pod in pods]
         matches = {name: producer.match(request, pods) for name, producer in self._producers.items()}
 
-        scores = {name: scorer.score(request, pods, matches.get(scorer.producer))
+        # Equal tuples hold the same objects or pods with equal metrics: the same scores either way.
+        seen = tuple(pods)
+        if seen != self._scored_pods:
+            self._scored_pods = seen
+            self._metrics_scores = {name: scorer.score(request, pods, None)
+                                    for name, scorer in self._scorers.items() if scorer.reads_only_pods}
+            self._metrics_totals = _add_weighted(dict.fromkeys(names, 0.0), self._metrics_weights,
+                                                 self._metrics_scores)
+        metrics_scores = self._metrics_scores
+        scores = {name: metrics_scores[name] if scorer.reads_only_pods
+                  else scorer.score(request, pods, matches.get(scorer.producer))
                   for name, scorer in self._scorers.items()}
-        # LDR scheduling/scheduler_profile.go@v0.10.0 runScorerPlugins: total = Σ weight·clamp(score),
-        # no normalising, accumulated scorer by scorer.
-        # Comprehensions add scorer by scorer, in the same order, as a loop from 0.0 would.
-        totals = dict.fromkeys(names, 0.0)
-        for scorer, weight in self.weights.items():
-            # _clamp, inlined: this runs scorers × pods times per pick.
-            totals = {pod: totals[pod] + weight * (0.0 if score < 0.0 else 1.0 if score > 1.0 else score)
-                      for pod, score in scores[scorer].items()}
+        totals = _add_weighted(self._metrics_totals, self._request_weights, scores)
 
         # LDR picker/maxscore/picker.go@v0.10.0: shuffle, then stable sort by score, highest
         # first, so equal totals are broken uniformly at random. With maxNumOfEndpoints > 1 the
         # request still goes to the first. Done here as random.shuffle does it, draw for draw
         # (so a seed gives the same picks), then the first highest total in that order: the
         # stable sort's first element, without sorting.
-        order = names
+        order = list(range(len(pods)))
         _shuffle(order, self._rng)
         best = max(totals.values())
-        chosen = next(name for name in order if totals[name] == best)
+        chosen_at = next(position for position in order if totals[names[position]] == best)
+        chosen = names[chosen_at]
 
         for name, producer in self._producers.items():
-            producer.record(matches[name], by_name[chosen])
+            producer.record(matches[name], pods[chosen_at])
         for scorer in self._scorers.values():
             scorer.pre_request(chosen, matches.get(scorer.producer))
 
@@ -604,6 +628,17 @@ class EndpointPicker:
                         scores=MappingProxyType({k: MappingProxyType(v) for k, v in scores.items()}),
                         match_blocks=MappingProxyType(first.match_blocks if first else {}),
                         total_blocks=first.total_blocks if first else 0, weights=self.weights)
+
+
+def _add_weighted(totals: dict[str, float], weights: Sequence[tuple[str, float]],
+                  scores: Mapping[str, Mapping[str, float]]) -> dict[str, float]:
+    """LDR scheduling/scheduler_profile.go@v0.10.0 runScorerPlugins: total = Σ weight·clamp(score),
+    no normalising, accumulated scorer by scorer onto `totals` (a new dict; `totals` is kept)."""
+    for scorer, weight in weights:
+        # _clamp, inlined: this runs scorers × pods times per pick.
+        totals = {pod: totals[pod] + weight * (0.0 if score < 0.0 else 1.0 if score > 1.0 else score)
+                  for pod, score in scores[scorer].items()}
+    return totals
 
 
 def _shuffle(items: list, rng: random.Random) -> None:
