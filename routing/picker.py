@@ -651,8 +651,9 @@ def _add_weighted(totals: dict[str, float], weights: Sequence[tuple[str, float]]
 
 
 def _shuffle(items: list, rng: random.Random) -> None:
-    """`rng.shuffle(items)`, draw for draw, in half the time (`_draw_as_shuffle` takes the same draws): CPython's shuffle takes, for i from
-    the end, j = getrandbits(bit_length(i + 1)) until j <= i, through two method calls a draw."""
+    """`rng.shuffle(items)`, draw for draw, in half the time: CPython's shuffle takes, for i from
+    the end, j = getrandbits(bit_length(i + 1)) until j <= i, through two method calls a draw
+    (`_draw_as_shuffle` takes the same draws)."""
     getrandbits = rng.getrandbits
     for i in range(len(items) - 1, 0, -1):
         bound = i + 1
