@@ -108,12 +108,13 @@ class BlockPool:
     def cached_run(self, keys: Sequence[int], limit: int) -> list[int]:
         """The blocks caching the longest run of `keys` from the first, at most `limit` of them."""
         run = []
-        cached = self.cached
-        for key in keys[:limit]:
-            block = cached.get(key)
+        append = run.append
+        get = self.cached.get
+        for key in itertools.islice(keys, limit):
+            block = get(key)
             if block is None:
                 break
-            run.append(block)
+            append(block)
         return run
 
     def touch(self, blocks: Sequence[int]) -> None:
@@ -283,7 +284,7 @@ class Engine:
         hit_tokens = len(hit_blocks) * block_size
         new_tokens = min(seq.tokens - hit_tokens, budget)
         # Cached blocks no request holds sit in the free queue: sharing them uses up free blocks.
-        evictable_hits = sum(1 for block in hit_blocks if pool.ref[block] == 0)
+        evictable_hits = list(map(pool.ref.__getitem__, hit_blocks)).count(0)
         # vLLM 0.32 admits a request only if its whole prompt fits (scheduler_reserve_full_isl),
         # then allocates for this step's chunk.
         if self.blocks_for(seq.tokens) - len(hit_blocks) + evictable_hits > pool.free:

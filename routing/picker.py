@@ -211,8 +211,9 @@ def _min_max_scores(values: Mapping[str, int]) -> dict[str, float]:
     # (max - v) / (max - min); all equal is neutral, 1.0.
     low, high = min(values.values()), max(values.values())
     if low == high:
-        return {name: 1.0 for name in values}
-    return {name: (high - value) / (high - low) for name, value in values.items()}
+        return dict.fromkeys(values, 1.0)
+    span = high - low
+    return {name: (high - value) / span for name, value in values.items()}
 
 
 def _lora_score(pod: PodMetrics, target: str) -> float:
@@ -337,7 +338,8 @@ class _PrefixProducer:
                 self.max_prefix_blocks = LEGACY_MAX_PREFIX_BLOCKS
         self.index = PrefixIndex()
 
-    def match(self, request: Request, pods: Sequence[PodMetrics]) -> _MatchInfo:
+    def match(self, request: Request, pods: Sequence[PodMetrics], names: Sequence[str]) -> _MatchInfo:
+        """`names` are the pods' names, in order."""
         # Upstream hashes a request once, with the block size of the *first* candidate
         # (GetBlockSize: endpoints[0]); pods reporting another block size are matched with that
         # one too. Pods of one Deployment agree anyway.
@@ -353,7 +355,7 @@ class _PrefixProducer:
             streams = [picker_block_hashes(request.target_model, stream, block_tokens, max_blocks, request.cache_salt)
                        for stream in request.token_streams]
         streams = [hashes for hashes in streams if hashes]
-        match_blocks = dict.fromkeys((pod.name for pod in pods), 0)
+        match_blocks = dict.fromkeys(names, 0)
         for hashes in streams:
             for pod, blocks in self.index.match(hashes).items():
                 if pod in match_blocks:
@@ -388,6 +390,8 @@ class _Scorer:
     whose match info it reads."""
 
     producer: str | None = None
+    # Scores from the pods' metrics alone (not the request, not what was picked before).
+    reads_only_pods = False
 
     def __init__(self, parameters: Mapping[str, Any]):
         """Scorers without parameters take none (upstream's factories ignore them)."""
@@ -401,18 +405,24 @@ class _Scorer:
 
 class _QueueScorer(_Scorer):
     # LDR scorer/queuedepth/queue.go@v0.10.0.
+    reads_only_pods = True
+
     def score(self, request, pods, match):
         return _min_max_scores({pod.name: pod.waiting for pod in pods})
 
 
 class _RunningRequestsScorer(_Scorer):
     # LDR scorer/runningrequests/runningrequest.go@v0.10.0.
+    reads_only_pods = True
+
     def score(self, request, pods, match):
         return _min_max_scores({pod.name: pod.running for pod in pods})
 
 
 class _KvCacheScorer(_Scorer):
     # LDR scorer/kvcacheutilization/kvcache_utilization.go@v0.10.0: not normalised.
+    reads_only_pods = True
+
     def score(self, request, pods, match):
         return {pod.name: 1.0 - pod.kv_usage for pod in pods}
 
@@ -434,17 +444,17 @@ class _PrefixScorer(_Scorer):
 
     def score(self, request, pods, match):
         total = match.total_blocks
+        # match_blocks holds every candidate, in candidate order.
         if not total:
-            return {pod.name: 0.0 for pod in pods}
+            return dict.fromkeys(match.match_blocks, 0.0)
         weight = self.match_length_weight
+        if weight <= 0.0:
+            return {pod: matched / total for pod, matched in match.match_blocks.items()}
         scores = {}
         for pod in pods:
             matched = match.match_blocks[pod.name]
-            ratio = matched / total
-            if weight > 0.0:
-                length = min(1.0, matched * match.block_tokens / self.match_length_scale_tokens)
-                ratio = weight * length * length + (1.0 - weight) * ratio
-            scores[pod.name] = ratio
+            length = min(1.0, matched * match.block_tokens / self.match_length_scale_tokens)
+            scores[pod.name] = weight * length * length + (1.0 - weight) * (matched / total)
         return scores
 
 
@@ -538,6 +548,19 @@ class EndpointPicker:
                 raise PickerConfigError(f"{where}: filters are not modelled (the model scores every ready pod). "
                                         "Remove it to predict as if it let every pod through.")
         self.weights: Mapping[str, float] = MappingProxyType(weights)
+        # Picks that see the same metrics (every pick between two scrapes) share the scores of the
+        # scorers that read only them, and the partial totals of the leading run of such scorers
+        # (totals add up scorer by scorer, in profile order, so only a leading run can be shared).
+        weight_items = tuple(weights.items())
+        shared = 0
+        while shared < len(weight_items) and self._scorers[weight_items[shared][0]].reads_only_pods:
+            shared += 1
+        self._metrics_weights = weight_items[:shared]
+        self._request_weights = weight_items[shared:]
+        self._scored_pods: tuple[PodMetrics, ...] | None = None
+        self._names: list[str] = []
+        self._metrics_scores: dict[str, dict[str, float]] = {}
+        self._metrics_totals: dict[str, float] = {}
         self._producers: dict[str, _PrefixProducer] = {}
         for scorer in self._scorers.values():
             if scorer.producer is not None and scorer.producer not in self._producers:
@@ -569,33 +592,43 @@ class EndpointPicker:
         if not pods:
             raise ValueError("no candidate pods: the pool's selector matches no ready pod")
         # Callers pass pods with distinct names (a gateway's backends by name, a simulated fleet).
-        by_name = {pod.name: pod for pod in pods}
-        names = list(by_name)
-        matches = {name: producer.match(request, pods) for name, producer in self._producers.items()}
-
-        scores = {name: scorer.score(request, pods, matches.get(scorer.producer))
+        # Equal tuples hold the same objects or pods with equal metrics: the same scores either way.
+        seen = tuple(pods)
+        if seen != self._scored_pods:
+            self._scored_pods = seen
+            self._names = [pod.name for pod in pods]
+            self._metrics_scores = {name: scorer.score(request, pods, None)
+                                    for name, scorer in self._scorers.items() if scorer.reads_only_pods}
+            self._metrics_totals = _add_weighted(dict.fromkeys(self._names, 0.0), self._metrics_weights,
+                                                 self._metrics_scores)
+        names = self._names
+        matches = {name: producer.match(request, pods, names) for name, producer in self._producers.items()}
+        metrics_scores = self._metrics_scores
+        scores = {name: metrics_scores[name] if scorer.reads_only_pods
+                  else scorer.score(request, pods, matches.get(scorer.producer))
                   for name, scorer in self._scorers.items()}
-        # LDR scheduling/scheduler_profile.go@v0.10.0 runScorerPlugins: total = Σ weight·clamp(score),
-        # no normalising, accumulated scorer by scorer.
-        # Comprehensions add scorer by scorer, in the same order, as a loop from 0.0 would.
-        totals = dict.fromkeys(names, 0.0)
-        for scorer, weight in self.weights.items():
-            # _clamp, inlined: this runs scorers × pods times per pick.
-            totals = {pod: totals[pod] + weight * (0.0 if score < 0.0 else 1.0 if score > 1.0 else score)
-                      for pod, score in scores[scorer].items()}
+        totals = _add_weighted(self._metrics_totals, self._request_weights, scores)
 
         # LDR picker/maxscore/picker.go@v0.10.0: shuffle, then stable sort by score, highest
         # first, so equal totals are broken uniformly at random. With maxNumOfEndpoints > 1 the
         # request still goes to the first. Done here as random.shuffle does it, draw for draw
         # (so a seed gives the same picks), then the first highest total in that order: the
         # stable sort's first element, without sorting.
-        order = names
-        _shuffle(order, self._rng)
         best = max(totals.values())
-        chosen = next(name for name in order if totals[name] == best)
+        values = list(totals.values())
+        if values.count(best) == 1:
+            # No tie: the order does not matter, but its draws are taken all the same, so that
+            # later picks see the same random stream.
+            _draw_as_shuffle(len(pods), self._rng)
+            chosen = list(totals)[values.index(best)]
+        else:
+            order = list(range(len(pods)))
+            _shuffle(order, self._rng)
+            chosen = names[next(position for position in order if totals[names[position]] == best)]
+        chosen_pod = pods[names.index(chosen)]
 
         for name, producer in self._producers.items():
-            producer.record(matches[name], by_name[chosen])
+            producer.record(matches[name], chosen_pod)
         for scorer in self._scorers.values():
             scorer.pre_request(chosen, matches.get(scorer.producer))
 
@@ -606,9 +639,21 @@ class EndpointPicker:
                         total_blocks=first.total_blocks if first else 0, weights=self.weights)
 
 
+def _add_weighted(totals: dict[str, float], weights: Sequence[tuple[str, float]],
+                  scores: Mapping[str, Mapping[str, float]]) -> dict[str, float]:
+    """LDR scheduling/scheduler_profile.go@v0.10.0 runScorerPlugins: total = Σ weight·clamp(score),
+    no normalising, accumulated scorer by scorer onto `totals` (a new dict; `totals` is kept)."""
+    for scorer, weight in weights:
+        # _clamp, inlined: this runs scorers × pods times per pick.
+        totals = {pod: totals[pod] + weight * (0.0 if score < 0.0 else 1.0 if score > 1.0 else score)
+                  for pod, score in scores[scorer].items()}
+    return totals
+
+
 def _shuffle(items: list, rng: random.Random) -> None:
     """`rng.shuffle(items)`, draw for draw, in half the time: CPython's shuffle takes, for i from
-    the end, j = getrandbits(bit_length(i + 1)) until j <= i, through two method calls a draw."""
+    the end, j = getrandbits(bit_length(i + 1)) until j <= i, through two method calls a draw
+    (`_draw_as_shuffle` takes the same draws)."""
     getrandbits = rng.getrandbits
     for i in range(len(items) - 1, 0, -1):
         bound = i + 1
@@ -617,6 +662,21 @@ def _shuffle(items: list, rng: random.Random) -> None:
         while j >= bound:
             j = getrandbits(bits)
         items[i], items[j] = items[j], items[i]
+
+
+# Per item count: (i + 1, bit_length(i + 1)) for i from the end, the draws a shuffle asks for.
+_SHUFFLE_DRAWS: dict[int, tuple[tuple[int, int], ...]] = {}
+
+
+def _draw_as_shuffle(count: int, rng: random.Random) -> None:
+    """Takes from `rng` exactly what `_shuffle` of `count` items takes, without permuting."""
+    plan = _SHUFFLE_DRAWS.get(count)
+    if plan is None:
+        plan = _SHUFFLE_DRAWS[count] = tuple((i + 1, (i + 1).bit_length()) for i in range(count - 1, 0, -1))
+    getrandbits = rng.getrandbits
+    for bound, bits in plan:
+        while getrandbits(bits) >= bound:
+            pass
 
 
 def _single_profile(config: EndpointPickerConfig) -> SchedulingProfile:

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Callable, Iterable, Mapping, Sequence
 
 from .arrivals import LoadPlan
-from .engine import Engine, EngineRequest
+from .engine import Engine, EngineRequest, Published
 from .latency import EngineLimits, LatencyModel
 from .metrics import DeltaReport, PodDelta
 from .picker import DEFAULT_LRU_CAPACITY_PER_SERVER, Decision, Picker, PodMetrics, Request
@@ -254,9 +254,9 @@ class _Scrapes:
         # No later pick reads a scrape older than one interval before now: drop what it replaced.
         while len(history) > 1 and history[1][0] <= keep_after:
             history.popleft()
-        for index in range(len(history) - 1, -1, -1):
-            if history[index][0] <= scrape_time:
-                return history[index][1]
+        for at, metrics in reversed(history):
+            if at <= scrape_time:
+                return metrics
         return history[0][1]
 
 
@@ -278,6 +278,8 @@ def simulate_under_load(prepared: Prepared, plan: LoadPlan, fleet: Fleet, *, see
     by_name = {engine.name: index for index, engine in enumerate(engines)}
     idle = [PodMetrics(name=name, block_size=block_size, num_gpu_blocks=fleet.num_gpu_blocks) for name in fleet.names]
     scrapes = [_Scrapes(pod) for pod in idle]
+    metrics = list(idle)  # per engine, what it last published
+    published_metrics = [Published(0, 0, 0.0) for _ in engines]  # ... and the gauges it was made from
     interval = fleet.scrape_interval
     phases = [[rng.random() * interval for _ in engines] for _ in fleet.pickers]
     overhead = fleet.latency.overhead_seconds
@@ -400,9 +402,13 @@ def simulate_under_load(prepared: Prepared, plan: LoadPlan, fleet: Fleet, *, see
             stepping[payload] = False
             engine.finish_step(now, on_first_token, on_finish)
             published = engine.published
-            scrapes[payload].publish(now, PodMetrics(name=engine.name, waiting=published.waiting,
-                                                     running=published.running, kv_usage=published.kv_usage,
-                                                     block_size=block_size, num_gpu_blocks=fleet.num_gpu_blocks))
+            if published != published_metrics[payload]:
+                # A new object only when a gauge changed: pickers reuse their scores for the very same pods.
+                published_metrics[payload] = published
+                metrics[payload] = PodMetrics(name=engine.name, waiting=published.waiting, running=published.running,
+                                              kv_usage=published.kv_usage, block_size=block_size,
+                                              num_gpu_blocks=fleet.num_gpu_blocks)
+            scrapes[payload].publish(now, metrics[payload])
             if engine.busy:
                 start_step(payload, now)
 

@@ -355,3 +355,29 @@ def test_picking_from_no_pods_is_an_error():
 def test_round_robin_takes_pods_in_turn():
     picker = RoundRobinPicker()
     assert [picker.pick(request("q"), idle("a", "b", "c")).pod for _ in range(5)] == ["a", "b", "c", "a", "b"]
+
+
+def test_picks_on_many_pods_follow_shuffle_then_stable_sort_and_keep_the_random_stream():
+    # Totals mostly unique (the winner is certain, the shuffle's draws are still taken), some
+    # tied; the same pod list is passed again after a change in place, which must be rescored.
+    import random as random_module
+
+    rng = random_module.Random(5)
+    for seed in range(10):
+        picker = EndpointPicker({"queue": 1, "kvCache": 1, "prefix": 0}, seed=seed)
+        reference = random_module.Random(seed)
+        pods = [PodMetrics(f"pod-{i}") for i in range(70)]
+        for _ in range(30):
+            count = rng.randrange(1, 71)
+            tied = rng.random() < 0.3
+            pods[:count] = [PodMetrics(f"pod-{i}", waiting=rng.randrange(2),
+                                       kv_usage=rng.choice([0.0, 0.5]) if tied else rng.random())
+                            for i in range(count)]
+            candidates = pods[:count] if rng.random() < 0.5 else pods
+            decision = picker.pick(Request("m", "x"), candidates)
+            assert all(decision.scores["kv-cache-utilization-scorer"][pod.name] == 1.0 - pod.kv_usage
+                       for pod in candidates)
+            order = [pod.name for pod in candidates]
+            reference.shuffle(order)
+            order.sort(key=lambda name: -decision.totals[name])
+            assert decision.pod == order[0]
