@@ -9,7 +9,7 @@ from typing import Any
 
 import yaml
 
-from routing.plugins import render_endpoint_picker_config
+from routing.plugins import endpoint_picker_config_yaml, render_endpoint_picker_config
 
 from .model import ModelSettings
 
@@ -27,4 +27,4 @@ def endpoint_picker_config_text(model: ModelSettings) -> str | None:
     stable YAML (its hash decides when the picker restarts)."""
     if model.picker_config_map is not None:
         return model.picker_config_map.text
-    return yaml.safe_dump(render_endpoint_picker_config(model.effective_weights), sort_keys=False)
+    return endpoint_picker_config_yaml(render_endpoint_picker_config(model.effective_weights))
