@@ -111,13 +111,22 @@ def free_port() -> int:
 
 
 def cpu_for(index: int) -> str:
-    """The core server number `index` pins its OpenMP threads to, so two servers never share one.
+    """The core server number `index` runs on, so two servers never share one.
 
     vLLM's CPU backend pins its worker threads (VLLM_CPU_OMP_THREADS_BIND, a core list such as
     "0" or "0-3"); left on "auto", every server picks the same cores.
     """
     cores = sorted(os.sched_getaffinity(0))
     return str(cores[index % len(cores)])
+
+
+def cores_of(bind: str) -> set[int]:
+    """The cores of a VLLM_CPU_OMP_THREADS_BIND list ("0", "0-3", "0,2")."""
+    cores: set[int] = set()
+    for part in bind.split(","):
+        low, _, high = part.partition("-")
+        cores.update(range(int(low), int(high or low) + 1))
+    return cores
 
 
 def build_model(out_dir: Path, vllm_python: str, progress: Callable[[str], None] = print,
@@ -191,10 +200,16 @@ class VllmServer:
             raise VllmStartError(f"{self.name} is already started (pid {self.process.pid})")
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         log = open(self.log_path, "ab")
+        # The whole server (API server, engine core, worker) on its cores, as a pod's processes
+        # share the pod's CPUs: its front end then slows its own engine, never another server's,
+        # and `calibrate` measures that cost with the rest.
+        cores = None if self.cpu_bind is None else cores_of(self.cpu_bind)
+        pin = None if cores is None else (lambda: os.sched_setaffinity(0, cores))
         try:
             self.process = subprocess.Popen(self.command(), env=self.environment(), stdout=log,
                                             stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                            start_new_session=True, cwd=self.log_path.parent)
+                                            start_new_session=True, cwd=self.log_path.parent,
+                                            preexec_fn=pin)
         finally:
             log.close()
         self.started_at = time.monotonic()

@@ -1,7 +1,8 @@
 """predict under load against two real vLLM servers behind `serve`, driven by the `openai` client.
 
-Its own pair of servers: a wider tiny model (prefill costs more than the servers' contention)
-and a small KV cache (routing.underload.SERVER_ARGS), calibrated with `calibrate`. Each of
+Its own pair of servers, each with its own core: the tiny model at its `medium` size (prefill
+costs more than the front ends' and the client's share of the machine) and a small KV cache
+(routing.underload.SERVER_ARGS), calibrated with `calibrate`. Each of
 the three workloads runs once per setting (default weights, prefix=0,queue=3,kvCache=2,
 round-robin), predicted over three seeds. What is asserted is what held run after run in
 the benchmark (benchmarks/bench_under_load.py; the README has its table) and in the test's
@@ -23,11 +24,13 @@ from routing.vllm_server import vllm_pair
 # prefix scorer decides: runs measured what was predicted within a point, except under cache
 # pressure, where what is evicted depends on timing (up to 3.2 points in one run). Under
 # prefix=0 and round-robin, placement follows load, so the order requests finish in moves
-# single runs by several points (multi-turn chat under prefix=0: 44.5-53.8% over the runs);
-# round-robin on multi-turn chat is a known miss (see the README).
+# single runs by several points (multi-turn chat under prefix=0: 44.5-53.8% over the runs).
+# Round-robin on multi-turn chat depends on the order turns finish in: on a quiet machine the
+# six chats come round in turn and each keeps to its pod, as predicted (68.9%); when something
+# else loads the machine, turns finish out of turn, chats change pods and it measured 53.1%.
 PREFIX_SCORED_TOLERANCE = 0.05
 LOAD_PLACED_TOLERANCE = 0.10
-KNOWN_MISS = {("multi-turn chat", "round-robin")}
+ORDER_DEPENDENT = {("multi-turn chat", "round-robin")}
 
 
 @pytest.fixture(scope="module")
@@ -53,13 +56,13 @@ def test_default_weights_have_the_best_hit_rate_measured_and_predicted(rows):
         assert ranking(mine, 0)[0] == "default weights", experiment
         default = next(row for row in mine if row.setting == "default weights").figure("hit_rate")[1]
         others = [row.figure("hit_rate")[1] for row in mine
-                  if row.setting != "default weights" and (row.experiment, row.setting) not in KNOWN_MISS]
+                  if row.setting != "default weights" and (row.experiment, row.setting) not in ORDER_DEPENDENT]
         assert all(default > other for other in others), experiment
 
 
 def test_predicted_hit_rates_are_close_to_the_measured_ones(rows):
     for row in rows:
-        if (row.experiment, row.setting) in KNOWN_MISS:
+        if (row.experiment, row.setting) in ORDER_DEPENDENT:
             continue
         measured, predicted = row.figure("hit_rate")
         tolerance = PREFIX_SCORED_TOLERANCE if row.setting == "default weights" else LOAD_PLACED_TOLERANCE
