@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Callable, Iterable, Mapping, Sequence
 
 from .arrivals import LoadPlan
-from .engine import Engine, EngineRequest, Published
+from .engine import Engine, EngineRequest
 from .latency import EngineLimits, LatencyModel
 from .metrics import DeltaReport, PodDelta
 from .picker import DEFAULT_LRU_CAPACITY_PER_SERVER, Decision, Picker, PodMetrics, Request
@@ -278,10 +278,12 @@ def simulate_under_load(prepared: Prepared, plan: LoadPlan, fleet: Fleet, *, see
     by_name = {engine.name: index for index, engine in enumerate(engines)}
     idle = [PodMetrics(name=name, block_size=block_size, num_gpu_blocks=fleet.num_gpu_blocks) for name in fleet.names]
     scrapes = [_Scrapes(pod) for pod in idle]
-    metrics = list(idle)  # per engine, what it last published
-    published_metrics = [Published(0, 0, 0.0) for _ in engines]  # ... and the gauges it was made from
+    published_metrics = [engine.published for engine in engines]  # per engine, the gauges last published
     interval = fleet.scrape_interval
     phases = [[rng.random() * interval for _ in engines] for _ in fleet.pickers]
+    # Per replica and pod, the scrape time of its last read and what it read.
+    last_read_at: list[list[float | None]] = [[None] * len(engines) for _ in fleet.pickers]
+    read = [list(idle) for _ in fleet.pickers]
     overhead = fleet.latency.overhead_seconds
 
     sent_at = [0.0] * count
@@ -302,9 +304,16 @@ def simulate_under_load(prepared: Prepared, plan: LoadPlan, fleet: Fleet, *, see
         nonlocal explained
         replica = rng.randrange(len(fleet.pickers)) if len(fleet.pickers) > 1 else 0
         if fleet.reads_metrics:
+            seen = read[replica]
+            read_at = last_read_at[replica]
             keep_after = now - interval
-            seen = [scrape.seen_at(now - (now - phase) % interval, keep_after)
-                    for scrape, phase in zip(scrapes, phases[replica])]
+            for pod, phase in enumerate(phases[replica]):
+                scrape_time = now - (now - phase) % interval
+                # Most sends fall in the same scrape interval as the previous one: reuse what it read.
+                if scrape_time != read_at[pod]:
+                    seen[pod] = scrapes[pod].seen_at(scrape_time, keep_after)
+                    # Pods publish at later times only, but possibly at this very time.
+                    read_at[pod] = scrape_time if scrape_time < now else None
         else:
             seen = idle
         decision = pickers[replica].pick(prepared.requests[index], seen)
@@ -402,13 +411,13 @@ def simulate_under_load(prepared: Prepared, plan: LoadPlan, fleet: Fleet, *, see
             stepping[payload] = False
             engine.finish_step(now, on_first_token, on_finish)
             published = engine.published
-            if published != published_metrics[payload]:
-                # A new object only when a gauge changed: pickers reuse their scores for the very same pods.
+            if published is not published_metrics[payload]:
+                # A new object only when a gauge changed: pickers reuse their scores for the very same
+                # pods, and a scrape reads the same object from the step that published it or a later one.
                 published_metrics[payload] = published
-                metrics[payload] = PodMetrics(name=engine.name, waiting=published.waiting, running=published.running,
-                                              kv_usage=published.kv_usage, block_size=block_size,
-                                              num_gpu_blocks=fleet.num_gpu_blocks)
-            scrapes[payload].publish(now, metrics[payload])
+                scrapes[payload].publish(now, PodMetrics(
+                    name=engine.name, waiting=published.waiting, running=published.running,
+                    kv_usage=published.kv_usage, block_size=block_size, num_gpu_blocks=fleet.num_gpu_blocks))
             if engine.busy:
                 start_step(payload, now)
 
