@@ -190,7 +190,7 @@ def prepare(requests: Sequence[Request], output_lens: Sequence[int], tokenizer: 
             block_size: int) -> Prepared:
     lens, keys = [], []
     for index, request in enumerate(requests):
-        sequences = server_tokens(tokenizer, request)
+        sequences = server_tokens(tokenizer, request, packed=True)
         if len(sequences) != 1:
             raise UnsupportedRequest(f"workload request {index} holds {len(sequences)} prompts in one completion: "
                                      "under load each request is simulated as one sequence; predict it serially "
