@@ -77,13 +77,15 @@ def picker_block_hashes(model: str, token_bytes: bytes, block_tokens: int, max_b
     The final partial block is hashed too (unlike GIE ≤ v1.5, which dropped it), and at most
     `max_blocks` blocks are kept.
     """
-    previous = xxhash.xxh64_intdigest(model.encode("utf-8") + cache_salt.encode("utf-8"))
+    digest = xxhash.xxh64_intdigest
+    pack = _TWO_LE64.pack
+    previous = digest(model.encode("utf-8") + cache_salt.encode("utf-8"))
     block_bytes = block_tokens * PSEUDO_TOKEN_BYTES
     end = min(len(token_bytes), max_blocks * block_bytes)
+    data = memoryview(token_bytes)  # blocks hashed in place, not copied out
     hashes = []
     for start in range(0, end, block_bytes):
-        block_id = xxhash.xxh64_intdigest(token_bytes[start:start + block_bytes])
-        previous = xxhash.xxh64_intdigest(_TWO_LE64.pack(block_id, previous))
+        previous = digest(pack(digest(data[start:start + block_bytes]), previous))
         hashes.append(previous)
     return hashes
 

@@ -381,32 +381,17 @@ def simulate_under_load(prepared: Prepared, plan: LoadPlan, fleet: Fleet, *, see
                 busy_sessions.add(session)
                 send(waiting.popleft(), now)
 
+    heappop, heappush = heapq.heappop, heapq.heappush
+
     def start_step(engine_index: int, now: float) -> None:
-        engine = engines[engine_index]
-        duration = engine.schedule(now)
+        duration = engines[engine_index].schedule(now)
         stepping[engine_index] = True
-        heapq.heappush(events, (now + duration, next(order), STEP_END, engine_index))
+        heappush(events, (now + duration, next(order), STEP_END, engine_index))
 
     now = 0.0
     while events:
-        now, _, kind, payload = heapq.heappop(events)
-        if kind == SEND:
-            session = session_of[payload]
-            if session is not None:
-                if session in busy_sessions:
-                    deferred.setdefault(session, deque()).append(payload)
-                    continue
-                busy_sessions.add(session)
-            send(payload, now)
-        elif kind == WEIGHTS:
-            pickers[:] = fleet.repick(plan.weight_changes[payload].weights, payload)
-        elif kind == ARRIVE:
-            engine_index = by_name[placements[payload]]
-            engines[engine_index].add(EngineRequest(payload, prepared.prompt_lens[payload], prepared.keys[payload],
-                                                    prepared.output_lens[payload], now))
-            if not stepping[engine_index]:
-                start_step(engine_index, now)
-        else:
+        now, _, kind, payload = heappop(events)
+        if kind == STEP_END:  # the most frequent event, tested first
             engine = engines[payload]
             stepping[payload] = False
             engine.finish_step(now, on_first_token, on_finish)
@@ -420,6 +405,22 @@ def simulate_under_load(prepared: Prepared, plan: LoadPlan, fleet: Fleet, *, see
                     kv_usage=published.kv_usage, block_size=block_size, num_gpu_blocks=fleet.num_gpu_blocks))
             if engine.busy:
                 start_step(payload, now)
+        elif kind == ARRIVE:
+            engine_index = by_name[placements[payload]]
+            engines[engine_index].add(EngineRequest(payload, prepared.prompt_lens[payload], prepared.keys[payload],
+                                                    prepared.output_lens[payload], now))
+            if not stepping[engine_index]:
+                start_step(engine_index, now)
+        elif kind == SEND:
+            session = session_of[payload]
+            if session is not None:
+                if session in busy_sessions:
+                    deferred.setdefault(session, deque()).append(payload)
+                    continue
+                busy_sessions.add(session)
+            send(payload, now)
+        else:
+            pickers[:] = fleet.repick(plan.weight_changes[payload].weights, payload)
 
     pods = tuple(PodDelta(engine.name, engine.finished, engine.hits, engine.queries) for engine in engines)
     start = min(sent_at) if count else 0.0
