@@ -229,10 +229,12 @@ class Engine:
             if seq.generated and computed + 1 == seq.tokens:
                 # The common case, a decode step: one token, a new block only at a block
                 # boundary, and a block to cache only when this token fills one.
-                if computed % block_size or computed // block_size != len(seq.blocks) or pool.free:
-                    if not computed % block_size and computed // block_size == len(seq.blocks):
+                offset = computed % block_size
+                needs_block = not offset and computed // block_size == len(seq.blocks)
+                if not needs_block or pool.free:
+                    if needs_block:
                         seq.blocks += pool.allocate(1)
-                    if (computed + 1) % block_size == 0:
+                    if offset == block_size - 1:
                         self._cache_full_blocks(seq, computed + 1)
                     seq.step_tokens = 1
                     scheduled.append(seq)
