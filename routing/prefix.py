@@ -82,10 +82,9 @@ def picker_block_hashes(model: str, token_bytes: bytes, block_tokens: int, max_b
     previous = digest(model.encode("utf-8") + cache_salt.encode("utf-8"))
     block_bytes = block_tokens * PSEUDO_TOKEN_BYTES
     end = min(len(token_bytes), max_blocks * block_bytes)
-    data = memoryview(token_bytes)  # blocks hashed in place, not copied out
     hashes = []
     for start in range(0, end, block_bytes):
-        previous = digest(pack(digest(data[start:start + block_bytes]), previous))
+        previous = digest(pack(digest(token_bytes[start:start + block_bytes]), previous))
         hashes.append(previous)
     return hashes
 
