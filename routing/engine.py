@@ -45,7 +45,7 @@ class CapacityError(ValueError):
 class EngineRequest:
     """One request inside a server (vLLM's Request): tokens, progress and the blocks it holds."""
 
-    __slots__ = ("index", "prompt_len", "keys", "output_len", "engine_arrival", "computed", "generated",
+    __slots__ = ("index", "prompt_len", "keys", "output_len", "engine_arrival", "computed", "generated", "tokens",
                  "blocks", "cached_blocks", "hit_tokens", "scheduled_at", "first_token_at", "preemptions", "step_tokens")
 
     def __init__(self, index: int, prompt_len: int, keys: Sequence[int], output_len: int, engine_arrival: float):
@@ -56,6 +56,7 @@ class EngineRequest:
         self.engine_arrival = engine_arrival
         self.computed = 0  # tokens whose KV is computed
         self.generated = 0  # output tokens sampled
+        self.tokens = prompt_len  # prompt and generated tokens, kept with `generated` (read every step)
         self.blocks: list[int] = []
         self.cached_blocks = 0  # leading blocks already offered to the cache
         self.hit_tokens = 0  # prefix-cache hit of the admission that got it running
@@ -63,10 +64,6 @@ class EngineRequest:
         self.first_token_at: float | None = None
         self.preemptions = 0
         self.step_tokens = 0  # tokens scheduled in the current step
-
-    @property
-    def tokens(self) -> int:
-        return self.prompt_len + self.generated
 
 
 @dataclass(frozen=True)
@@ -107,38 +104,47 @@ class BlockPool:
 
     def cached_run(self, keys: Sequence[int], limit: int) -> list[int]:
         """The blocks caching the longest run of `keys` from the first, at most `limit` of them."""
-        run = []
-        append = run.append
-        get = self.cached.get
-        for key in itertools.islice(keys, limit):
-            block = get(key)
-            if block is None:
-                break
-            append(block)
+        # Looking every key up and cutting at the first miss runs in C: faster than stopping there.
+        run = list(map(self.cached.get, keys[:limit]))
+        if None in run:
+            del run[run.index(None):]
         return run
 
     def touch(self, blocks: Sequence[int]) -> None:
+        ref = self.ref
+        cached_free = self._cached_free
         for block in blocks:
-            if self.ref[block] == 0:
-                del self._cached_free[block]
+            count = ref[block]
+            if count == 0:
+                del cached_free[block]
                 self.free -= 1
-            self.ref[block] += 1
+            ref[block] = count + 1
 
     def allocate(self, count: int) -> list[int]:
+        """`count` blocks, in the order vLLM's free queue hands them out (see the class)."""
         self.free -= count
-        blocks = []
-        for _ in range(count):
-            if self._uncached_free:
-                block = self._uncached_free.pop()
-            elif self._next_unused < self._end:
-                block = self._next_unused
-                self._next_unused += 1
-            else:
+        uncached = self._uncached_free
+        reused = min(count, len(uncached))
+        if reused:
+            blocks = uncached[-reused:]
+            blocks.reverse()
+            del uncached[-reused:]
+        else:
+            blocks = []
+        if reused < count:
+            fresh = min(count - reused, self._end - self._next_unused)
+            if fresh:
+                blocks += range(self._next_unused, self._next_unused + fresh)
+                self._next_unused += fresh
+            key_of = self.key_of
+            for _ in range(count - reused - fresh):
                 block, _ = self._cached_free.popitem(last=False)
-                del self.cached[self.key_of[block]]
-                self.key_of[block] = None
-            self.ref[block] = 1
-            blocks.append(block)
+                del self.cached[key_of[block]]
+                key_of[block] = None
+                blocks.append(block)
+        ref = self.ref
+        for block in blocks:
+            ref[block] = 1
         return blocks
 
     def cache(self, block: int, key: int) -> None:
@@ -149,14 +155,20 @@ class BlockPool:
     def release(self, blocks: Sequence[int]) -> None:
         """Frees a request's blocks tail first, so its shared head is evicted last."""
         ref = self.ref
+        key_of = self.key_of
+        uncached = self._uncached_free
+        cached_free = self._cached_free
+        freed = 0
         for block in reversed(blocks):
-            ref[block] -= 1
-            if ref[block] == 0:
-                self.free += 1
-                if self.key_of[block] is None:
-                    self._uncached_free.append(block)
+            count = ref[block] - 1
+            ref[block] = count
+            if count == 0:
+                freed += 1
+                if key_of[block] is None:
+                    uncached.append(block)
                 else:
-                    self._cached_free[block] = None
+                    cached_free[block] = None
+        self.free += freed
 
 
 class Engine:
@@ -207,25 +219,22 @@ class Engine:
         prefill_tokens = decode_seqs = context_tokens = 0
         preempted = False
         pool = self.pool
-        index = 0
         block_size = self.block_size
         running = self.running
-        while index < len(running) and budget > 0:
+        count = len(running)
+        index = 0
+        while index < count and budget > 0:
             seq = running[index]
             computed = seq.computed
-            if seq.generated and computed + 1 == seq.prompt_len + seq.generated:
+            if seq.generated and computed + 1 == seq.tokens:
                 # The common case, a decode step: one token, a new block only at a block
                 # boundary, and a block to cache only when this token fills one.
-                if computed % block_size == 0 and computed // block_size == len(seq.blocks):
-                    if pool.free == 0:
-                        needed = 1
-                    else:
+                offset = computed % block_size
+                needs_block = not offset and computed // block_size == len(seq.blocks)
+                if not needs_block or pool.free:
+                    if needs_block:
                         seq.blocks += pool.allocate(1)
-                        needed = 0
-                else:
-                    needed = 0
-                if not needed:
-                    if (computed + 1) % block_size == 0:
+                    if offset == block_size - 1:
                         self._cache_full_blocks(seq, computed + 1)
                     seq.step_tokens = 1
                     scheduled.append(seq)
@@ -235,22 +244,23 @@ class Engine:
                     index += 1
                     continue
             new_tokens = min(seq.tokens - computed, budget)
-            needed = self.blocks_for(computed + new_tokens) - len(seq.blocks)
+            needed = -(-(computed + new_tokens) // block_size) - len(seq.blocks)
             while needed > pool.free:
-                victim = self.running.pop()
+                victim = running.pop()
                 self._preempt(victim)
                 preempted = True
                 if victim is seq:
                     break
             else:
+                count = len(running)
                 if needed > 0:
                     seq.blocks += pool.allocate(needed)
-                self._cache_full_blocks(seq, seq.computed + new_tokens)
+                self._cache_full_blocks(seq, computed + new_tokens)
                 seq.step_tokens = new_tokens
                 scheduled.append(seq)
                 budget -= new_tokens
-                context_tokens += seq.computed
-                if seq.generated and seq.computed + 1 == seq.tokens:
+                context_tokens += computed
+                if seq.generated and computed + 1 == seq.tokens:
                     decode_seqs += 1
                 else:
                     prefill_tokens += new_tokens  # a prefill chunk, or recomputing after preemption
@@ -258,14 +268,16 @@ class Engine:
                 continue
             break  # the request itself was preempted: nothing after it runs this step
         if not preempted:
-            while self.waiting and budget > 0 and len(self.running) < self.limits.max_num_seqs:
-                seq = self.waiting[0]
+            waiting = self.waiting
+            max_num_seqs = self.limits.max_num_seqs
+            while waiting and budget > 0 and len(running) < max_num_seqs:
+                seq = waiting[0]
                 if not self._admit(seq, budget):
                     break
-                self.waiting.popleft()
+                waiting.popleft()
                 if seq.scheduled_at is None:
                     seq.scheduled_at = now
-                self.running.append(seq)
+                running.append(seq)
                 scheduled.append(seq)
                 budget -= seq.step_tokens
                 prefill_tokens += seq.step_tokens
@@ -279,26 +291,29 @@ class Engine:
     def _admit(self, seq: EngineRequest, budget: int) -> bool:
         pool = self.pool
         block_size = self.block_size
+        tokens = seq.tokens
         # vLLM must compute at least the last prompt token, so a hit stops a block short of it.
-        hit_blocks = pool.cached_run(seq.keys, (seq.tokens - 1) // block_size)
-        hit_tokens = len(hit_blocks) * block_size
-        new_tokens = min(seq.tokens - hit_tokens, budget)
+        hit_blocks = pool.cached_run(seq.keys, (tokens - 1) // block_size)
+        hits = len(hit_blocks)
+        hit_tokens = hits * block_size
+        new_tokens = min(tokens - hit_tokens, budget)
         # Cached blocks no request holds sit in the free queue: sharing them uses up free blocks.
         evictable_hits = list(map(pool.ref.__getitem__, hit_blocks)).count(0)
         # vLLM 0.32 admits a request only if its whole prompt fits (scheduler_reserve_full_isl),
         # then allocates for this step's chunk.
-        if self.blocks_for(seq.tokens) - len(hit_blocks) + evictable_hits > pool.free:
+        if -(-tokens // block_size) - hits + evictable_hits > pool.free:
             return False
         pool.touch(hit_blocks)
-        seq.blocks = hit_blocks + pool.allocate(self.blocks_for(hit_tokens + new_tokens) - len(hit_blocks))
-        seq.cached_blocks = len(hit_blocks)
+        hit_blocks += pool.allocate(-(-(hit_tokens + new_tokens) // block_size) - hits)
+        seq.blocks = hit_blocks
+        seq.cached_blocks = hits
         seq.computed = hit_tokens
         seq.hit_tokens = hit_tokens
         seq.step_tokens = new_tokens
         # Counted on admission only ("so unscheduled lookups are not counted"), and not again
         # after a preemption (those go to vLLM's preempted_* stats).
         if seq.preemptions == 0:
-            self.queries += seq.tokens
+            self.queries += tokens
             self.hits += hit_tokens
         self._cache_full_blocks(seq, hit_tokens + new_tokens)
         return True
@@ -308,11 +323,21 @@ class Engine:
         # Only prompt blocks can match a later prompt; a block holding generated tokens gets a
         # key of its own, which keeps it in the LRU part of the free queue, as vLLM does.
         full = tokens // self.block_size
+        start = seq.cached_blocks
+        if full <= start:
+            return
         keys = seq.keys
-        for position in range(seq.cached_blocks, full):
-            self.pool.cache(seq.blocks[position], keys[position] if position < len(keys) else -next(_OUTPUT_KEYS))
-        if full > seq.cached_blocks:
-            seq.cached_blocks = full
+        prompt_blocks = len(keys)
+        blocks = seq.blocks
+        key_of = self.pool.key_of
+        cached = self.pool.cached
+        for position in range(start, full):
+            block = blocks[position]
+            key = keys[position] if position < prompt_blocks else -next(_OUTPUT_KEYS)
+            if key_of[block] is None and key not in cached:
+                cached[key] = block
+                key_of[block] = key
+        seq.cached_blocks = full
 
     def _preempt(self, seq: EngineRequest) -> None:
         self.pool.release(seq.blocks)
@@ -324,17 +349,18 @@ class Engine:
     def finish_step(self, now: float, on_first_token: Callable[[EngineRequest, float], None],
                     on_finish: Callable[[EngineRequest, float], None]) -> None:
         """Applies the step's work (vLLM update_from_output) at `now`, the step's end, then
-        publishes the gauges."""
+        publishes the gauges (a new Published only when one changed)."""
         done = False
         for seq in self._scheduled:
-            seq.computed += seq.step_tokens
-            if seq.computed < seq.tokens:
+            computed = seq.computed = seq.computed + seq.step_tokens
+            if computed < seq.tokens:
                 continue  # a prefill chunk: no token sampled yet
-            seq.generated += 1
-            if seq.generated == 1:
+            generated = seq.generated = seq.generated + 1
+            seq.tokens += 1
+            if generated == 1:
                 seq.first_token_at = now
                 on_first_token(seq, now)
-            if seq.generated >= seq.output_len:
+            if generated >= seq.output_len:
                 self.pool.release(seq.blocks)
                 seq.blocks = []
                 self.finished += 1
@@ -343,4 +369,7 @@ class Engine:
         if done:
             self.running = [seq for seq in self.running if seq.generated < seq.output_len]
         self._scheduled = []
-        self.published = Published(len(self.waiting), len(self.running), self.pool.usage)
+        published = self.published
+        waiting, running, usage = len(self.waiting), len(self.running), self.pool.usage
+        if published.waiting != waiting or published.running != running or published.kv_usage != usage:
+            self.published = Published(waiting, running, usage)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import struct
+import sys
 from array import array
 from pathlib import Path
 from typing import Any, Protocol, Sequence
@@ -27,6 +28,8 @@ PSEUDO_TOKEN_BYTES = 4
 MIN_PICKER_BLOCK_TOKENS = 64
 
 _TWO_LE64 = struct.Struct("<QQ")
+# Unsigned ints of 4 bytes on every platform CPython supports: token IDs and pseudo-tokens fit.
+_TOKEN_TYPECODE = "I"
 _LE64 = struct.Struct("<Q")
 
 
@@ -43,10 +46,18 @@ def pseudo_token_bytes(text: str) -> bytes:
     return raw
 
 
+def pseudo_token_array(text: str) -> array:
+    """The estimate backend's pseudo-tokens as an array of unsigned ints (`server_block_keys`
+    hashes that form), read from the padded UTF-8 bytes as little-endian uint32s."""
+    tokens = array(_TOKEN_TYPECODE, pseudo_token_bytes(text))
+    if sys.byteorder == "big":
+        tokens.byteswap()
+    return tokens
+
+
 def pseudo_tokens(text: str) -> list[int]:
     """The estimate backend's pseudo-tokens: little-endian uint32s of the padded UTF-8 bytes."""
-    data = pseudo_token_bytes(text)
-    return list(struct.unpack(f"<{len(data) // PSEUDO_TOKEN_BYTES}I", data))
+    return pseudo_token_array(text).tolist()
 
 
 def picker_block_size(configured_tokens: int, reported_by_pod: int | None, auto_tune: bool) -> int:
@@ -66,13 +77,14 @@ def picker_block_hashes(model: str, token_bytes: bytes, block_tokens: int, max_b
     The final partial block is hashed too (unlike GIE ≤ v1.5, which dropped it), and at most
     `max_blocks` blocks are kept.
     """
-    previous = xxhash.xxh64_intdigest(model.encode("utf-8") + cache_salt.encode("utf-8"))
+    digest = xxhash.xxh64_intdigest
+    pack = _TWO_LE64.pack
+    previous = digest(model.encode("utf-8") + cache_salt.encode("utf-8"))
     block_bytes = block_tokens * PSEUDO_TOKEN_BYTES
     end = min(len(token_bytes), max_blocks * block_bytes)
     hashes = []
     for start in range(0, end, block_bytes):
-        block_id = xxhash.xxh64_intdigest(token_bytes[start:start + block_bytes])
-        previous = xxhash.xxh64_intdigest(_TWO_LE64.pack(block_id, previous))
+        previous = digest(pack(digest(token_bytes[start:start + block_bytes]), previous))
         hashes.append(previous)
     return hashes
 
@@ -101,16 +113,17 @@ def server_block_keys(tokens: Sequence[int], block_size: int) -> list[int]:
     block i's key exactly when they share every token up to the end of block i. The keys are
     xxh3-128 (no collisions in practice); they need only be consistent within this process.
     """
-    packed = array("I", tokens)  # unsigned ints: token IDs and pseudo-tokens both fit
-    data = packed.tobytes()
+    packed = tokens if isinstance(tokens, array) and tokens.typecode == _TOKEN_TYPECODE else array(
+        _TOKEN_TYPECODE, tokens)
+    data = memoryview(packed).cast("B")
     block_bytes = block_size * packed.itemsize
-    full_blocks = len(tokens) // block_size
+    digest = xxhash.xxh3_128_digest
+    from_bytes = int.from_bytes
     keys = []
     previous = b""
-    for index in range(full_blocks):
-        digest = xxhash.xxh3_128_digest(previous + data[index * block_bytes:(index + 1) * block_bytes])
-        keys.append(int.from_bytes(digest, "little"))
-        previous = digest
+    for start in range(0, len(packed) // block_size * block_bytes, block_bytes):
+        previous = digest(previous + data[start:start + block_bytes])
+        keys.append(from_bytes(previous, "little"))
     return keys
 
 
@@ -138,19 +151,26 @@ class Tokenizer(Protocol):
     def encode(self, text: str) -> list[int]: ...
 
 
-def server_tokens(tokenizer: Tokenizer, request: Any) -> list[list[int]]:
+def server_tokens(tokenizer: Tokenizer, request: Any, *, packed: bool = False) -> list[Sequence[int]]:
     """The token IDs a model server computes for `request` (a picker Request), one list per
     sequence it runs: a completion's prompts (text or token IDs), or a chat rendered by the
     model's chat template when `tokenizer` can render it (HFTokenizerFile); otherwise a chat
-    is counted as its flattened text."""
-    sequences = []
+    is counted as its flattened text.
+
+    `packed`: arrays of unsigned ints instead of lists, the form `server_block_keys` hashes;
+    the estimate's pseudo-tokens then go from the prompt's bytes to the array without
+    becoming Python ints."""
+    sequences: list[Sequence[int]] = []
     for prompt in request.server_inputs:
         if prompt.token_ids is not None:
-            sequences.append(list(prompt.token_ids))
+            tokens: Sequence[int] = list(prompt.token_ids)
         elif prompt.chat is not None and isinstance(tokenizer, HFTokenizerFile) and tokenizer.chat_template:
-            sequences.append(tokenizer.encode_chat(prompt.chat))
+            tokens = tokenizer.encode_chat(prompt.chat)
+        elif packed and isinstance(tokenizer, EstimateTokenizer):
+            tokens = pseudo_token_array(prompt.text if prompt.text is not None else request.prompt)
         else:
-            sequences.append(tokenizer.encode(prompt.text if prompt.text is not None else request.prompt))
+            tokens = tokenizer.encode(prompt.text if prompt.text is not None else request.prompt)
+        sequences.append(array(_TOKEN_TYPECODE, tokens) if packed and not isinstance(tokens, array) else tokens)
     return sequences
 
 

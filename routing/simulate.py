@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Callable, Iterable, Mapping, Sequence
 
 from .arrivals import LoadPlan
-from .engine import Engine, EngineRequest, Published
+from .engine import Engine, EngineRequest
 from .latency import EngineLimits, LatencyModel
 from .metrics import DeltaReport, PodDelta
 from .picker import DEFAULT_LRU_CAPACITY_PER_SERVER, Decision, Picker, PodMetrics, Request
@@ -77,11 +77,9 @@ class SimulatedServer:
         """Serves a prompt of `num_tokens` tokens, cut into this server's block keys (full blocks
         only, `prefix.server_block_keys`), counts its prefix-cache lookup and returns its hit
         in tokens."""
-        cached_run = 0
-        for key in block_keys:
-            if key not in self._cache:
-                break
-            cached_run += 1
+        # Every key looked up in C, then cut at the first miss: faster than stopping there.
+        cached = list(map(self._cache.__contains__, block_keys))
+        cached_run = cached.index(False) if False in cached else len(cached)
         # vLLM v1 must compute at least the prompt's last token to sample from it, so a prompt
         # that is entirely cached still misses its last block: hits ≤ ((n-1)//block)·block.
         hit_blocks = min(cached_run, max(0, num_tokens - 1) // self.block_size)
@@ -95,9 +93,12 @@ class SimulatedServer:
         # When a request finishes vLLM frees its blocks in reverse order, so among them the
         # tail is evicted first and the shared head last; generated tokens are not modelled
         # (a reply's blocks rarely match a later prompt).
+        cache = self._cache
         for key in reversed(block_keys):
-            self._cache.pop(key, None)
-            self._cache[key] = None
+            if key in cache:
+                cache.move_to_end(key)
+            else:
+                cache[key] = None
         if self.capacity_blocks is not None:
             while len(self._cache) > self.capacity_blocks:
                 self._cache.popitem(last=False)
@@ -190,7 +191,7 @@ def prepare(requests: Sequence[Request], output_lens: Sequence[int], tokenizer: 
             block_size: int) -> Prepared:
     lens, keys = [], []
     for index, request in enumerate(requests):
-        sequences = server_tokens(tokenizer, request)
+        sequences = server_tokens(tokenizer, request, packed=True)
         if len(sequences) != 1:
             raise UnsupportedRequest(f"workload request {index} holds {len(sequences)} prompts in one completion: "
                                      "under load each request is simulated as one sequence; predict it serially "
@@ -278,10 +279,12 @@ def simulate_under_load(prepared: Prepared, plan: LoadPlan, fleet: Fleet, *, see
     by_name = {engine.name: index for index, engine in enumerate(engines)}
     idle = [PodMetrics(name=name, block_size=block_size, num_gpu_blocks=fleet.num_gpu_blocks) for name in fleet.names]
     scrapes = [_Scrapes(pod) for pod in idle]
-    metrics = list(idle)  # per engine, what it last published
-    published_metrics = [Published(0, 0, 0.0) for _ in engines]  # ... and the gauges it was made from
+    published_metrics = [engine.published for engine in engines]  # per engine, the gauges last published
     interval = fleet.scrape_interval
     phases = [[rng.random() * interval for _ in engines] for _ in fleet.pickers]
+    # Per replica and pod, the scrape time of its last read and what it read.
+    last_read_at: list[list[float | None]] = [[None] * len(engines) for _ in fleet.pickers]
+    read = [list(idle) for _ in fleet.pickers]
     overhead = fleet.latency.overhead_seconds
 
     sent_at = [0.0] * count
@@ -302,9 +305,16 @@ def simulate_under_load(prepared: Prepared, plan: LoadPlan, fleet: Fleet, *, see
         nonlocal explained
         replica = rng.randrange(len(fleet.pickers)) if len(fleet.pickers) > 1 else 0
         if fleet.reads_metrics:
+            seen = read[replica]
+            read_at = last_read_at[replica]
             keep_after = now - interval
-            seen = [scrape.seen_at(now - (now - phase) % interval, keep_after)
-                    for scrape, phase in zip(scrapes, phases[replica])]
+            for pod, phase in enumerate(phases[replica]):
+                scrape_time = now - (now - phase) % interval
+                # Most sends fall in the same scrape interval as the previous one: reuse what it read.
+                if scrape_time != read_at[pod]:
+                    seen[pod] = scrapes[pod].seen_at(scrape_time, keep_after)
+                    # Pods publish at later times only, but possibly at this very time.
+                    read_at[pod] = scrape_time if scrape_time < now else None
         else:
             seen = idle
         decision = pickers[replica].pick(prepared.requests[index], seen)
@@ -372,16 +382,37 @@ def simulate_under_load(prepared: Prepared, plan: LoadPlan, fleet: Fleet, *, see
                 busy_sessions.add(session)
                 send(waiting.popleft(), now)
 
+    heappop, heappush = heapq.heappop, heapq.heappush
+
     def start_step(engine_index: int, now: float) -> None:
-        engine = engines[engine_index]
-        duration = engine.schedule(now)
+        duration = engines[engine_index].schedule(now)
         stepping[engine_index] = True
-        heapq.heappush(events, (now + duration, next(order), STEP_END, engine_index))
+        heappush(events, (now + duration, next(order), STEP_END, engine_index))
 
     now = 0.0
     while events:
-        now, _, kind, payload = heapq.heappop(events)
-        if kind == SEND:
+        now, _, kind, payload = heappop(events)
+        if kind == STEP_END:  # the most frequent event, tested first
+            engine = engines[payload]
+            stepping[payload] = False
+            engine.finish_step(now, on_first_token, on_finish)
+            published = engine.published
+            if published is not published_metrics[payload]:
+                # A new object only when a gauge changed: pickers reuse their scores for the very same
+                # pods, and a scrape reads the same object from the step that published it or a later one.
+                published_metrics[payload] = published
+                scrapes[payload].publish(now, PodMetrics(
+                    name=engine.name, waiting=published.waiting, running=published.running,
+                    kv_usage=published.kv_usage, block_size=block_size, num_gpu_blocks=fleet.num_gpu_blocks))
+            if engine.busy:
+                start_step(payload, now)
+        elif kind == ARRIVE:
+            engine_index = by_name[placements[payload]]
+            engines[engine_index].add(EngineRequest(payload, prepared.prompt_lens[payload], prepared.keys[payload],
+                                                    prepared.output_lens[payload], now))
+            if not stepping[engine_index]:
+                start_step(engine_index, now)
+        elif kind == SEND:
             session = session_of[payload]
             if session is not None:
                 if session in busy_sessions:
@@ -389,28 +420,8 @@ def simulate_under_load(prepared: Prepared, plan: LoadPlan, fleet: Fleet, *, see
                     continue
                 busy_sessions.add(session)
             send(payload, now)
-        elif kind == WEIGHTS:
-            pickers[:] = fleet.repick(plan.weight_changes[payload].weights, payload)
-        elif kind == ARRIVE:
-            engine_index = by_name[placements[payload]]
-            engines[engine_index].add(EngineRequest(payload, prepared.prompt_lens[payload], prepared.keys[payload],
-                                                    prepared.output_lens[payload], now))
-            if not stepping[engine_index]:
-                start_step(engine_index, now)
         else:
-            engine = engines[payload]
-            stepping[payload] = False
-            engine.finish_step(now, on_first_token, on_finish)
-            published = engine.published
-            if published != published_metrics[payload]:
-                # A new object only when a gauge changed: pickers reuse their scores for the very same pods.
-                published_metrics[payload] = published
-                metrics[payload] = PodMetrics(name=engine.name, waiting=published.waiting, running=published.running,
-                                              kv_usage=published.kv_usage, block_size=block_size,
-                                              num_gpu_blocks=fleet.num_gpu_blocks)
-            scrapes[payload].publish(now, metrics[payload])
-            if engine.busy:
-                start_step(payload, now)
+            pickers[:] = fleet.repick(plan.weight_changes[payload].weights, payload)
 
     pods = tuple(PodDelta(engine.name, engine.finished, engine.hits, engine.queries) for engine in engines)
     start = min(sent_at) if count else 0.0
