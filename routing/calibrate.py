@@ -2,7 +2,8 @@
 --latency-profile` uses.
 
 Sends a short calibration workload of its own to every pod at once (so the pods contend for
-the machine as they do under load), each pod's requests one after another in phases:
+the machine as they do under load), each pod's requests one after another in phases that
+every pod starts together:
 prompts of three lengths with no shared prefix (prefill cost per token), then short
 prompts with long replies, alone and several at a time (decode cost per sequence). Times
 come from vLLM's own histograms, read from /metrics before and after each phase, never
@@ -308,12 +309,25 @@ def calibrate(pods: Sequence[PodChannel], *, seed: int = 0, limits: EngineLimits
     tokens_per_word = max(0.5, len(probe["tokens"]) / 201)
     plan = phases(max_model_len, tokens_per_word)
 
+    # Every pod starts each phase together: a phase is then measured with every pod doing the
+    # same work, as under load, not with whatever phase another pod happens to be in (on
+    # shared hardware that alone moved the fitted prefill cost by a third between runs).
+    in_step = threading.Barrier(len(pods))
+
     def one_pod(index_pod: tuple[int, PodChannel]) -> list[dict[str, Any]]:
         index, pod = index_pod
         rng = random.Random(seed * 1000 + index)
         samples = []
         for phase in plan:
-            means = run_phase(pod, model, phase, rng)
+            try:
+                in_step.wait()
+            except threading.BrokenBarrierError:
+                return samples  # another pod failed: its error is the one reported
+            try:
+                means = run_phase(pod, model, phase, rng)
+            except BaseException:
+                in_step.abort()
+                raise
             kind = "prefill" if phase.name.startswith("prefill") else "decode"
             samples.append({"pod": pod.name, "phase": phase.name, "kind": kind, "sequences": phase.concurrent,
                             **means})

@@ -11,7 +11,7 @@ import pytest
 from routing import predict as predict_command
 from routing import sweep
 from routing.arrivals import Arrival, LoadPlan, load_arrivals, plan_load
-from routing.calibrate import fit, histogram_totals
+from routing.calibrate import REQUESTS_PER_PHASE, CalibrateError, calibrate, fit, histogram_totals
 from routing.latency import EngineLimits, LatencyModel, LatencyProfile, ProfileError, percentile
 from routing.picker import EndpointPicker, Request
 from routing.predict import Load, run_prediction
@@ -345,3 +345,33 @@ def test_a_batch_completion_is_one_request_per_prompt_serially_and_refused_under
     plan = plan_load([Arrival(b, r) for b, r in zip(batch, to_requests(batch))], concurrency=1)
     with pytest.raises(predict_command.PredictError, match="holds 2 prompts in one completion"):
         run_prediction(to_requests(batch), replicas=2, seed=1, load=Load(plan, (4,)), latency=LATENCY)
+
+
+class FailingOrHealthyPod:
+    """A pod for calibrate: it answers the probes, and its completions either succeed or fail."""
+
+    def __init__(self, name: str, fails: bool):
+        self.name, self.fails, self.completions = name, fails, 0
+
+    def get(self, path: str) -> bytes:
+        if path == "/v1/models":
+            return json.dumps({"data": [{"id": "tiny", "max_model_len": 4096}]}).encode()
+        if path == "/metrics":
+            return b'vllm:num_requests_running{engine="0"} 0.0\n'
+        raise CalibrateError(f"pod {self.name}: GET {path} answered HTTP 404")
+
+    def post(self, path: str, body) -> bytes:
+        if path == "/tokenize":
+            return json.dumps({"tokens": list(range(len(body["prompt"].split())))}).encode()
+        self.completions += 1
+        if self.fails:
+            raise CalibrateError(f"pod {self.name}: POST {path} answered HTTP 500")
+        return b"data: [DONE]\n\n"
+
+
+def test_calibrate_runs_every_phase_on_every_pod_together_and_reports_the_pod_that_failed():
+    healthy, failing = FailingOrHealthyPod("a", fails=False), FailingOrHealthyPod("b", fails=True)
+    with pytest.raises(CalibrateError, match="pod b: POST /v1/completions answered HTTP 500"):
+        calibrate([healthy, failing], scrape_interval=1.0, progress=lambda line: None)
+    # The healthy pod finished the first phase, then waited for the failing one, and stopped.
+    assert healthy.completions == REQUESTS_PER_PHASE
