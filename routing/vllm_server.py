@@ -8,6 +8,7 @@ Cold start takes 50-100 s on two cores (mostly a torch.compile warm-up), so wait
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import signal
@@ -203,8 +204,7 @@ class VllmServer:
         # The whole server (API server, engine core, worker) on its cores, as a pod's processes
         # share the pod's CPUs: its front end then slows its own engine, never another server's,
         # and `calibrate` measures that cost with the rest.
-        cores = None if self.cpu_bind is None else cores_of(self.cpu_bind)
-        pin = None if cores is None else (lambda: os.sched_setaffinity(0, cores))
+        pin = None if self.cpu_bind is None else functools.partial(os.sched_setaffinity, 0, cores_of(self.cpu_bind))
         try:
             self.process = subprocess.Popen(self.command(), env=self.environment(), stdout=log,
                                             stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
