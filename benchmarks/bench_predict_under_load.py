@@ -6,7 +6,8 @@ The trace: 200 tenants' preambles (~2,000 characters, popularity skewed) with un
 questions, Poisson arrivals at 800 requests/s (about half of what 16 pods of the default
 GPU latency model serve), 16 output tokens each, vLLM's GPU block size of 16 and its
 default scheduler limits. Prints the whole of `run_prediction` (tokenizing, the picker's
-fleet, round-robin's fleet and the best-case pod) and the picker's fleet alone.
+fleet, round-robin's fleet and the best-case pod; on two cores round-robin's fleet and the
+best case run in a forked child beside the picker's) and the picker's fleet alone.
 """
 
 from __future__ import annotations

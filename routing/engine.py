@@ -28,8 +28,7 @@ import itertools
 import math
 import random
 from collections import OrderedDict, deque
-from dataclasses import dataclass
-from typing import Callable, Sequence
+from typing import Callable, NamedTuple, Sequence
 
 from .latency import EngineLimits, LatencyModel
 
@@ -66,9 +65,9 @@ class EngineRequest:
         self.step_tokens = 0  # tokens scheduled in the current step
 
 
-@dataclass(frozen=True)
-class Published:
-    """The gauges a scrape of this server reads, from the end of the last step."""
+class Published(NamedTuple):
+    """The gauges a scrape of this server reads, from the end of the last step (a tuple: one is
+    made at most steps)."""
 
     waiting: int
     running: int

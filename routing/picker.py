@@ -292,15 +292,13 @@ class PrefixIndex:
 @dataclass(frozen=True)
 class _MatchInfo:
     """One prefix producer's view of one request (LDR attribute/prefix PrefixCacheMatchInfo):
-    block hashes per prompt, and blocks matched per pod summed over the prompts."""
+    block hashes per prompt, blocks matched per pod summed over the prompts, and the request's
+    blocks in all."""
 
     hashes: list[list[int]]
     match_blocks: dict[str, int]
     block_tokens: int
-
-    @property
-    def total_blocks(self) -> int:
-        return sum(len(hashes) for hashes in self.hashes)
+    total_blocks: int
 
     @property
     def cold(self) -> bool:
@@ -360,7 +358,7 @@ class _PrefixProducer:
             for pod, blocks in self.index.match(hashes).items():
                 if pod in match_blocks:
                     match_blocks[pod] += blocks
-        return _MatchInfo(streams, match_blocks, block_tokens)
+        return _MatchInfo(streams, match_blocks, block_tokens, sum(map(len, streams)))
 
     def _max_blocks(self, block_tokens: int) -> int:
         # resolveMaxBlocks.

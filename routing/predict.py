@@ -29,6 +29,7 @@ from .engine import CapacityError
 from .latency import (DEFAULT_LATENCY, DEFAULT_LATENCY_NOTE, DEFAULT_LIMITS, EngineLimits, LatencyModel,
                       LatencyProfile, ProfileError, percentile)
 from .plugins import EndpointPickerConfig, load_endpoint_picker_config
+from .parallel import run_beside
 from .options import (OptionError, add_model_options, load_stack_model, positive_int, positive_seconds,
                       weights_option)
 from .picker import (Decision, EndpointPicker, Picker, PickerConfigError, PodMetrics, Request, RoundRobinPicker,
@@ -42,6 +43,9 @@ from . import sweep
 from .workloads import BUILTIN_WORKLOADS as BUILTIN, WorkloadError, to_requests
 
 PERCENTILES = (0.5, 0.95, 0.99)
+# Below this many requests a replay under load takes well under a second, and forking a child
+# for round-robin's fleet (tens of ms with its result's pickling) is not worth it.
+PARALLEL_MIN_REQUESTS = 2000
 # The heat map's axes and panels (routing/plot.py).
 MAX_PLOTTED_WEIGHTS = 3
 
@@ -181,9 +185,6 @@ def run_prediction(requests: Sequence[Request], *, weights: Mapping[str, int] | 
         prepared = prepare(requests, load.output_lens, tokenizer, block_size)
     except UnsupportedRequest as error:
         raise PredictError(str(error)) from None
-    for prompt_len, keys in zip(prepared.prompt_lens, prepared.keys):
-        best_pod.serve(prompt_len, keys)
-    best = SimulationResult((best_pod.counters(),))
 
     def fleet_result(fleet_pickers: tuple[Picker, ...], reads_metrics: bool, keep: int | None,
                      repick: Any = None) -> LoadResult:
@@ -196,15 +197,23 @@ def run_prediction(requests: Sequence[Request], *, weights: Mapping[str, int] | 
         restarted = None if seed is None else random.Random(f"{seed}/{number}").randrange(2 ** 32)
         return replica_pickers({**weights, **overrides}, picker_replicas, restarted)
 
-    try:
-        picked = fleet_result(pickers, True, explain, repick)
+    def round_robin_and_best() -> tuple[LoadResult, SimulationResult, int]:
         round_robin = fleet_result((RoundRobinPicker(),), False, None)
+        for prompt_len, keys in zip(prepared.prompt_lens, prepared.keys):
+            best_pod.serve(prompt_len, keys)
+        return round_robin, SimulationResult((best_pod.counters(),)), best_pod.cached_blocks
+
+    try:
+        # The fleets share only their inputs: on a second core round-robin's runs beside the picker's.
+        picked, (round_robin, best, best_blocks) = run_beside(
+            lambda: fleet_result(pickers, True, explain, repick), round_robin_and_best,
+            parallel=len(requests) >= PARALLEL_MIN_REQUESTS)
     except CapacityError as error:
         raise PredictError(str(error)) from None
     except PickerConfigError as error:
         raise PredictError(f"a weight change in the workload: {error}") from None
-    return Prediction(weights, picked, round_robin, best, best_pod.cached_blocks, capacity_blocks, latency,
-                      load.limits, (picked.ttfts, round_robin.ttfts), (picked.queue_times, round_robin.queue_times),
+    return Prediction(weights, picked, round_robin, best, best_blocks, capacity_blocks, latency, load.limits,
+                      (picked.ttfts, round_robin.ttfts), (picked.queue_times, round_robin.queue_times),
                       under_load=True)
 
 

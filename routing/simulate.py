@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Callable, Iterable, Mapping, Sequence
 
 from .arrivals import LoadPlan
-from .engine import Engine, EngineRequest
+from .engine import Engine, EngineRequest, Published
 from .latency import EngineLimits, LatencyModel
 from .metrics import DeltaReport, PodDelta
 from .picker import DEFAULT_LRU_CAPACITY_PER_SERVER, Decision, Picker, PodMetrics, Request
@@ -280,41 +280,51 @@ def simulate_under_load(prepared: Prepared, plan: LoadPlan, fleet: Fleet, *, see
     idle = [PodMetrics(name=name, block_size=block_size, num_gpu_blocks=fleet.num_gpu_blocks) for name in fleet.names]
     scrapes = [_Scrapes(pod) for pod in idle]
     published_metrics = [engine.published for engine in engines]  # per engine, the gauges last published
+    metrics_of: list[dict[Published, PodMetrics]] = [{} for _ in engines]  # per engine, its gauges as scraped
     interval = fleet.scrape_interval
     phases = [[rng.random() * interval for _ in engines] for _ in fleet.pickers]
     # Per replica and pod, the scrape time of its last read and what it read.
     last_read_at: list[list[float | None]] = [[None] * len(engines) for _ in fleet.pickers]
     read = [list(idle) for _ in fleet.pickers]
+    fresh_until = [float("-inf")] * len(fleet.pickers)
     overhead = fleet.latency.overhead_seconds
+    reads_metrics = fleet.reads_metrics  # round-robin reads none: nothing to publish
 
     sent_at = [0.0] * count
     ttfts = [0.0] * count
     queue_times = [0.0] * count
     placements: list[str] = [""] * count
     explained: Explained | None = None
-    events: list[tuple[float, int, int, int]] = []  # (time, tie-break order, kind, payload)
+    # Events are (time, tie-break order, kind, payload); at equal times the one made first runs
+    # first. Weight changes and sends are known up front: they run from one sorted list, so the
+    # heap holds only the few events the run makes (arrivals at engines and step ends).
+    events: list[tuple[float, int, int, int]] = []
     order = itertools.count()
     SEND, ARRIVE, STEP_END, WEIGHTS = 0, 1, 2, 3
     stepping = [False] * len(engines)
     pickers = list(fleet.pickers)
+    planned: list[tuple[float, int, int, int]] = []
     if fleet.repick is not None:
-        for number, change in enumerate(plan.weight_changes):
-            heapq.heappush(events, (change.at, next(order), WEIGHTS, number))
+        planned += [(change.at, next(order), WEIGHTS, number) for number, change in enumerate(plan.weight_changes)]
 
     def send(index: int, now: float) -> None:
         nonlocal explained
         replica = rng.randrange(len(fleet.pickers)) if len(fleet.pickers) > 1 else 0
-        if fleet.reads_metrics:
+        if reads_metrics:
             seen = read[replica]
-            read_at = last_read_at[replica]
-            keep_after = now - interval
-            for pod, phase in enumerate(phases[replica]):
-                scrape_time = now - (now - phase) % interval
-                # Most sends fall in the same scrape interval as the previous one: reuse what it read.
-                if scrape_time != read_at[pod]:
-                    seen[pod] = scrapes[pod].seen_at(scrape_time, keep_after)
-                    # Pods publish at later times only, but possibly at this very time.
-                    read_at[pod] = scrape_time if scrape_time < now else None
+            # Until the replica's next scrape of any pod it reads what it read last: most sends.
+            if now >= fresh_until[replica]:
+                read_at = last_read_at[replica]
+                keep_after = now - interval
+                next_scrape = float("inf")
+                for pod, phase in enumerate(phases[replica]):
+                    scrape_time = now - (now - phase) % interval
+                    if scrape_time != read_at[pod]:
+                        seen[pod] = scrapes[pod].seen_at(scrape_time, keep_after)
+                        # Pods publish at later times only, but possibly at this very time.
+                        read_at[pod] = scrape_time if scrape_time < now else None
+                    next_scrape = min(next_scrape, scrape_time + interval)
+                fresh_until[replica] = now if None in read_at else next_scrape
         else:
             seen = idle
         decision = pickers[replica].pick(prepared.requests[index], seen)
@@ -350,8 +360,9 @@ def simulate_under_load(prepared: Prepared, plan: LoadPlan, fleet: Fleet, *, see
         heapq.heapify(ready)
         dispatch(0.0)
     else:
-        for index, at in enumerate(plan.send_at):
-            heapq.heappush(events, (at, next(order), SEND, index))
+        planned += [(at, next(order), SEND, index) for index, at in enumerate(plan.send_at)]
+    planned.sort()
+    planned.append((float("inf"), next(order), SEND, -1))  # a sentinel: never reached while events remain
 
     hit_tokens = [0] * count
 
@@ -390,20 +401,32 @@ def simulate_under_load(prepared: Prepared, plan: LoadPlan, fleet: Fleet, *, see
         heappush(events, (now + duration, next(order), STEP_END, engine_index))
 
     now = 0.0
-    while events:
-        now, _, kind, payload = heappop(events)
+    next_planned = 0
+    last_planned = len(planned) - 1
+    while True:
+        if events and events[0] < planned[next_planned]:
+            now, _, kind, payload = heappop(events)
+        elif next_planned < last_planned:
+            now, _, kind, payload = planned[next_planned]
+            next_planned += 1
+        else:
+            break
         if kind == STEP_END:  # the most frequent event, tested first
             engine = engines[payload]
             stepping[payload] = False
             engine.finish_step(now, on_first_token, on_finish)
             published = engine.published
-            if published is not published_metrics[payload]:
+            if published is not published_metrics[payload] and reads_metrics:
                 # A new object only when a gauge changed: pickers reuse their scores for the very same
                 # pods, and a scrape reads the same object from the step that published it or a later one.
                 published_metrics[payload] = published
-                scrapes[payload].publish(now, PodMetrics(
-                    name=engine.name, waiting=published.waiting, running=published.running,
-                    kv_usage=published.kv_usage, block_size=block_size, num_gpu_blocks=fleet.num_gpu_blocks))
+                metrics = metrics_of[payload].get(published)
+                if metrics is None:
+                    # Gauges recur (a pod's few running counts, its usage at each block count): one object each.
+                    metrics = metrics_of[payload][published] = PodMetrics(
+                        name=engine.name, waiting=published.waiting, running=published.running,
+                        kv_usage=published.kv_usage, block_size=block_size, num_gpu_blocks=fleet.num_gpu_blocks)
+                scrapes[payload].publish(now, metrics)
             if engine.busy:
                 start_step(payload, now)
         elif kind == ARRIVE:

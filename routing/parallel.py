@@ -1,0 +1,73 @@
+"""Two independent computations at once: one in this process, the other in a forked child.
+
+`predict` under load replays one workload onto two fleets (the picker's and round-robin's)
+that share nothing but their inputs. On a machine with a second core the round-robin fleet
+runs in a child forked for it, so a large prediction takes about as long as its slower fleet.
+A fork inherits the inputs as they are (nothing is pickled on the way in); only the child's
+result comes back, pickled through a pipe.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import threading
+from typing import Callable, TypeVar
+
+Here = TypeVar("Here")
+Beside = TypeVar("Beside")
+
+
+def can_fork() -> bool:
+    """Whether a forked child would run beside this process: fork exists (not on Windows), this
+    process may use a second core, it is not a multiprocessing worker itself (those may not
+    have children), and it runs no other thread (a fork copies only the calling one)."""
+    if "fork" not in multiprocessing.get_all_start_methods():
+        return False
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return cores > 1 and not multiprocessing.current_process().daemon and threading.active_count() == 1
+
+
+def run_beside(here: Callable[[], Here], beside: Callable[[], Beside], *, parallel: bool) -> tuple[Here, Beside]:
+    """`(here(), beside())`, with `beside` in a forked child when `parallel` and `can_fork()`.
+
+    Errors are raised as if both had run here, `here` first: an exception `beside` raises in the
+    child is re-raised in this process, and one from `here` stops the child.
+    """
+    if not (parallel and can_fork()):
+        return here(), beside()
+    context = multiprocessing.get_context("fork")
+    receiver, sender = context.Pipe(duplex=False)
+    child = context.Process(target=_send_result, args=(beside, sender), daemon=True)
+    child.start()
+    sender.close()
+    try:
+        result = here()
+    except BaseException:
+        child.terminate()
+        child.join()
+        raise
+    try:
+        succeeded, value = receiver.recv()
+    except EOFError:
+        child.join()
+        raise RuntimeError(f"the forked child computing beside this process exited (code {child.exitcode}) "
+                           "before sending its result") from None
+    finally:
+        receiver.close()
+    child.join()
+    if not succeeded:
+        raise value
+    return result, value
+
+
+def _send_result(compute: Callable[[], object], sender) -> None:
+    try:
+        outcome = (True, compute())
+    except Exception as error:  # re-raised by the parent, which reports it
+        outcome = (False, error)
+    try:
+        sender.send(outcome)
+    except Exception as error:  # a result or an error that does not pickle: pickling comes before sending
+        sender.send((False, RuntimeError(f"the forked child's outcome could not be sent back: {error!r}")))
+    sender.close()
