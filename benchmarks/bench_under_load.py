@@ -4,10 +4,10 @@
 
 Starts two servers of a tiny model built here (wider than the demo's, so that prefill costs
 more than the two servers' contention for two cores), with a small KV cache (80 blocks of
-128 tokens each, `--num-gpu-blocks-override`); calibrates them with `calibrate`; then sends
-three workloads with the real `openai` client through a fresh `serve` per run (caches
-emptied first), with the default weights, prefix=0,queue=3,kvCache=2 and round-robin, and
-predicts each with `predict`'s time-aware simulation from the calibrated profile. Prints
+128 tokens each, `--num-gpu-blocks-override`); calibrates them with `calibrate` before each
+workload (`--calibrate-once`: once at the start); then sends three workloads with the real
+`openai` client through a fresh `serve` per run (caches emptied first), with the default
+weights, prefix=0,queue=3,kvCache=2 and round-robin, and predicts each with `predict`'s time-aware simulation from the calibrated profile. Prints
 measured (mean and range over --runs) against predicted (mean over --seeds), the errors,
 and the ranking of the three settings by hit rate on each side.
 """
@@ -20,7 +20,8 @@ import time
 from pathlib import Path
 
 from routing.calibrate import UrlPod, calibrate
-from routing.underload import HIDDEN_SIZE, LAYERS, SERVER_ARGS, compare, format_rows, ranking
+from routing.latency import LatencyProfile
+from routing.underload import HIDDEN_SIZE, LAYERS, SERVER_ARGS, Experiment, compare, format_rows, ranking
 from routing.vllm_server import (DEFAULT_START_TIMEOUT, REPO_ROOT, StepError, VllmUnavailable, resolve_vllm_python,
                                  vllm_pair)
 
@@ -33,6 +34,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--runs", type=int, default=3, help="measured runs per workload and setting (default 3)")
     parser.add_argument("--seeds", type=int, default=5, help="predicted runs (seeds) per workload and setting")
     parser.add_argument("--only", action="append", help="run only this workload (repeatable)")
+    parser.add_argument("--calibrate-once", action="store_true",
+                        help="calibrate once at the start instead of before each workload")
     parser.add_argument("--start-timeout", type=float, default=DEFAULT_START_TIMEOUT)
     args = parser.parse_args(argv)
     if args.runs < 1 or args.seeds < 1:
@@ -47,13 +50,25 @@ def main(argv: list[str] | None = None) -> int:
         with vllm_pair(args.work_dir / f"tiny-model-h{HIDDEN_SIZE}-l{LAYERS}", args.work_dir / "logs", python,
                        timeout=args.start_timeout, hidden_size=HIDDEN_SIZE, layers=LAYERS,
                        extra_args=SERVER_ARGS) as pair:
-            profile = calibrate([UrlPod(name, url) for name, url in pair.backends.items()],
-                                progress=lambda line: print(line, flush=True))
-            latency = profile.latency
-            print(f"calibrated: step {latency.step_s * 1000:.2f} ms + {latency.prefill_token_s * 1e6:.1f} µs/prompt "
-                  f"token + {latency.decode_seq_s * 1000:.2f} ms/decoding sequence, overhead "
-                  f"{latency.overhead_s * 1000:.1f} ms", flush=True)
-            rows = compare(pair, profile, runs=args.runs, seeds=args.seeds, out=sys.stdout, only=args.only)
+            pods = [UrlPod(name, url) for name, url in pair.backends.items()]
+            profiles: list[LatencyProfile] = []
+
+            def profile_for(experiment: Experiment) -> LatencyProfile:
+                # This VM's speed drifts over minutes: calibrate each workload's servers just before
+                # its runs (unless --calibrate-once), so its prediction sees the machine it is measured on.
+                if profiles and args.calibrate_once:
+                    return profiles[0]
+                print(f"calibrating for {experiment.name}", flush=True)
+                profile = calibrate(pods, progress=lambda line: print(line, flush=True))
+                latency = profile.latency
+                print(f"calibrated: step {latency.step_s * 1000:.2f} ms + {latency.prefill_token_s * 1e6:.1f} µs/prompt "
+                      f"token + {latency.decode_seq_s * 1000:.2f} ms/decoding sequence + "
+                      f"{latency.context_token_s * 1e6:.1f} µs/cached context token, overhead "
+                      f"{latency.overhead_s * 1000:.1f} ms, jitter {latency.jitter:.0%}", flush=True)
+                profiles.append(profile)
+                return profile
+
+            rows = compare(pair, profile_for, runs=args.runs, seeds=args.seeds, out=sys.stdout, only=args.only)
     except StepError as error:
         print(f"bench: {error}\nbench: fix: {error.fix}", file=sys.stderr)
         return 1

@@ -19,7 +19,10 @@ kv_cache_manager.py, block_pool.py), reduced to what routing depends on:
   preempted, its prompt tokens as queries and the cached full blocks (never its last token)
   as hits.
 - Gauges (`vllm:num_requests_running/waiting`, `vllm:kv_cache_usage_perc`) are published at
-  the end of each step, as vLLM's frontend logs the scheduler's stats with each output.
+  the end of each step, as vLLM's frontend logs the scheduler's stats with each output. A
+  request that reaches the server during a step joins the scheduler only when the step ends
+  (EngineCore.run_busy_loop reads its input queue between steps), so the gauges do not count
+  it until the next step's end, when it is running or still waiting.
 """
 
 from __future__ import annotations
@@ -185,6 +188,10 @@ class Engine:
         self._jitter = latency.jitter if rng is not None else 0.0
         self._rng = rng
         self.pool = BlockPool(num_gpu_blocks)
+        # Requests that reached the server since its step began. vLLM's engine core takes new
+        # requests into its scheduler only between steps (EngineCore.run_busy_loop), so the
+        # gauges a step publishes when it ends do not count these yet.
+        self.incoming: list[EngineRequest] = []
         self.waiting: deque[EngineRequest] = deque()
         self.running: list[EngineRequest] = []
         self.hits = 0
@@ -205,14 +212,17 @@ class Engine:
 
     @property
     def busy(self) -> bool:
-        return bool(self.running or self.waiting)
+        return bool(self.running or self.waiting or self.incoming)
 
     def add(self, seq: EngineRequest) -> None:
-        self.waiting.append(seq)
+        self.incoming.append(seq)
 
     def schedule(self, now: float) -> float:
-        """Picks this step's batch (vLLM Scheduler.schedule), starting at `now`, and returns how
-        long the step takes."""
+        """Takes in the requests that arrived, picks this step's batch (vLLM Scheduler.schedule),
+        starting at `now`, and returns how long the step takes."""
+        if self.incoming:
+            self.waiting.extend(self.incoming)
+            self.incoming.clear()
         budget = self.limits.max_num_batched_tokens
         scheduled = self._scheduled = []
         prefill_tokens = decode_seqs = context_tokens = 0

@@ -21,7 +21,7 @@ import urllib.request
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator, Mapping, Sequence, TextIO
+from typing import Any, Callable, Iterator, Mapping, Sequence, TextIO
 
 from .arrivals import Arrival, plan_load
 from .calibrate import histogram_totals
@@ -354,13 +354,16 @@ def format_rows(rows: Sequence[Row]) -> str:
     return "\n".join(lines)
 
 
-def compare(pair: VllmPair, profile: LatencyProfile, *, runs: int, seeds: int, out: TextIO,
-            only: Sequence[str] | None = None) -> list[Row]:
-    """Every experiment × setting: `runs` measured runs and `seeds` predicted ones."""
+def compare(pair: VllmPair, profile_for: Callable[[Experiment], LatencyProfile], *, runs: int, seeds: int,
+            out: TextIO, only: Sequence[str] | None = None) -> list[Row]:
+    """Every experiment × setting: `runs` measured runs and `seeds` predicted ones, predicted
+    from `profile_for(experiment)`, which is asked for just before the experiment's runs (so
+    it may calibrate the servers as they are then)."""
     rows = []
     for experiment in experiments(pair.tokenizer.model):
         if only and experiment.name not in only:
             continue
+        profile = profile_for(experiment)
         tokenizer = ServerCountedTokenizer(pair.servers[0].url, experiment.arrivals)
         for label, weights, round_robin in SETTINGS:
             measured = []

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from routing.engine import BlockPool, CapacityError, Engine, EngineRequest
+from routing.engine import BlockPool, CapacityError, Engine, EngineRequest, Published
 from routing.latency import EngineLimits, LatencyModel
 
 LATENCY = LatencyModel(step_s=1.0, prefill_token_s=0.1, decode_seq_s=0.0, overhead_s=0.0)
@@ -75,6 +75,21 @@ def test_a_running_requests_blocks_are_not_evicted_but_a_finished_ones_are():
     engine.schedule(1.8)
     assert list(engine.waiting) == [b] and engine.running == [a]
     assert set(engine.pool.cached.values()) >= set(a.blocks[:2])
+
+
+def test_a_request_that_arrives_during_a_step_is_in_the_gauges_only_after_the_next_step():
+    # vLLM's engine core takes new requests in between steps: the step running when B arrives
+    # publishes gauges without it, and the next step admits it and publishes it running.
+    engine = Engine("a", 4, 64, ROOMY, LATENCY)
+    engine.add(EngineRequest(0, 8, keys("a1", "a2"), 3, 0.0))
+    assert engine.schedule(0.0) == pytest.approx(1.8)
+    engine.add(EngineRequest(1, 8, keys("b1", "b2"), 3, 0.5))
+    engine.finish_step(1.8, lambda *_: None, lambda *_: None)
+    assert engine.published == Published(waiting=0, running=1, kv_usage=pytest.approx(2 / 63))
+    engine.schedule(1.8)
+    engine.finish_step(3.6, lambda *_: None, lambda *_: None)
+    # A decodes into a third block, B holds two.
+    assert engine.published == Published(waiting=0, running=2, kv_usage=pytest.approx(5 / 63))
 
 
 def test_a_freed_cached_prefix_is_shared_then_evicted_least_recently_freed_first():
