@@ -21,7 +21,8 @@ from pathlib import Path
 
 from routing.calibrate import UrlPod, calibrate
 from routing.latency import LatencyProfile
-from routing.underload import HIDDEN_SIZE, LAYERS, SERVER_ARGS, Experiment, compare, format_rows, ranking
+from routing.underload import (HIDDEN_SIZE, LAYERS, SERVER_ARGS, Experiment, compare, format_rows, ranking,
+                              target_tallies)
 from routing.vllm_server import (DEFAULT_START_TIMEOUT, REPO_ROOT, StepError, VllmUnavailable, resolve_vllm_python,
                                  vllm_pair)
 
@@ -78,6 +79,9 @@ def main(argv: list[str] | None = None) -> int:
         measured, predicted = ranking(mine, 0), ranking(mine, 1)
         print(f"{experiment}: by hit rate, measured {' > '.join(measured)}; predicted {' > '.join(predicted)} "
               f"-> {'same' if measured == predicted else 'DIFFERENT'}")
+    print("\ntargets:")
+    for line in target_tallies(rows):
+        print(f"  {line}")
     print(f"({time.monotonic() - started:.0f} s in all)")
     return 0
 

@@ -354,6 +354,35 @@ def format_rows(rows: Sequence[Row]) -> str:
     return "\n".join(lines)
 
 
+# The targets predicted-against-measured is held to: hit rate within 3 points of the measured
+# mean, the busiest pod's share within 10 points, TTFT p50 within 25% (and the same ranking).
+HIT_RATE_TARGET = 0.03
+SHARE_TARGET = 0.10
+TTFT_TARGET = 0.25
+# Shares and hit rates are ratios of whole counts: one exactly at a target meets it, whatever
+# the float arithmetic rounds it to.
+_ROUNDING = 1e-9
+
+
+def target_tallies(rows: Sequence[Row]) -> list[str]:
+    """How many rows (and workloads, for the ranking) meet each target, with the rows that miss."""
+    checks = (("hit rate within 3 points", "hit_rate", lambda m, p: abs(p - m) <= HIT_RATE_TARGET + _ROUNDING),
+              ("busiest pod's share within 10 points", "busiest_share", lambda m, p: abs(p - m) <= SHARE_TARGET + _ROUNDING),
+              ("TTFT p50 within 25%", "ttft_p50", lambda m, p: m > 0 and abs(p / m - 1) <= TTFT_TARGET + _ROUNDING))
+    lines = []
+    for label, figure, holds in checks:
+        misses = [f"{row.experiment} / {row.setting}" for row in rows if not holds(*row.figure(figure))]
+        lines.append(f"{label}: {len(rows) - len(misses)}/{len(rows)}" + (f" (missed: {'; '.join(misses)})"
+                                                                          if misses else ""))
+    workloads = list(dict.fromkeys(row.experiment for row in rows))
+    different = [name for name in workloads
+                 if ranking([row for row in rows if row.experiment == name], 0)
+                 != ranking([row for row in rows if row.experiment == name], 1)]
+    lines.append(f"same ranking of the settings by hit rate: {len(workloads) - len(different)}/{len(workloads)}"
+                 + (f" (different: {'; '.join(different)})" if different else ""))
+    return lines
+
+
 def compare(pair: VllmPair, profile_for: Callable[[Experiment], LatencyProfile], *, runs: int, seeds: int,
             out: TextIO, only: Sequence[str] | None = None) -> list[Row]:
     """Every experiment × setting: `runs` measured runs and `seeds` predicted ones, predicted

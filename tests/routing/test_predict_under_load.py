@@ -375,3 +375,20 @@ def test_calibrate_runs_every_phase_on_every_pod_together_and_reports_the_pod_th
         calibrate([healthy, failing], scrape_interval=1.0, progress=lambda line: None)
     # The healthy pod finished the first phase, then waited for the failing one, and stopped.
     assert healthy.completions == REQUESTS_PER_PHASE
+
+
+def test_the_benchmarks_target_tallies_count_each_target_and_name_the_rows_that_miss():
+    from routing.underload import Row, Run, target_tallies
+
+    def row(experiment, setting, measured, predicted):
+        return Row(experiment, setting, (Run(*measured),), (Run(*predicted),))
+
+    # (hit rate, busiest share, TTFT p50, TTFT p95): exactly at the share target meets it.
+    rows = [row("chat", "default weights", (0.689, 16 / 24, 0.200, 0.4), (0.689, 68 / 120, 0.140, 0.4)),
+            row("chat", "round-robin", (0.60, 0.5, 0.200, 0.4), (0.70, 0.5, 0.240, 0.4)),
+            row("chat", "prefix=0", (0.45, 0.55, 1.000, 2.0), (0.46, 0.70, 0.760, 2.0))]
+    assert target_tallies(rows) == [
+        "hit rate within 3 points: 2/3 (missed: chat / round-robin)",
+        "busiest pod's share within 10 points: 2/3 (missed: chat / prefix=0)",
+        "TTFT p50 within 25%: 2/3 (missed: chat / default weights)",
+        "same ranking of the settings by hit rate: 0/1 (different: chat)"]
