@@ -36,8 +36,8 @@ from .picker import (Decision, EndpointPicker, Picker, PickerConfigError, PodMet
                      with_default_weights)
 from .prefix import EstimateTokenizer, HFTokenizerFile, Tokenizer, TokenizerFileError
 from .simulate import (DEFAULT_BLOCK_SIZE, DEFAULT_CAPACITY_BLOCKS, DEFAULT_SCRAPE_INTERVAL, Fleet, LoadResult,
-                       SimulatedServer, SimulationResult, UnsupportedRequest, prepare, simulate_side_by_side,
-                       simulate_under_load)
+                       Prepared, SimulatedServer, SimulationResult, UnsupportedRequest, prepare,
+                       simulate_side_by_side, simulate_under_load)
 from .tables import percent
 from . import sweep
 from .workloads import BUILTIN_WORKLOADS as BUILTIN, WorkloadError, to_requests
@@ -93,6 +93,18 @@ def ttft_figures(ttfts: Sequence[float]) -> dict[str, float | None]:
 
 
 @dataclass(frozen=True)
+class Baseline:
+    """What a replay under load computes that the picker's weights do not change: the workload
+    tokenized, round-robin's fleet and the never-evicting pod. Valid only for the same workload,
+    seed, load and servers; a sweep computes it once per seed and reuses it for every setting."""
+
+    prepared: Prepared
+    round_robin: LoadResult
+    best: SimulationResult
+    best_cache_blocks: int
+
+
+@dataclass(frozen=True)
 class Prediction:
     # The picker's weights: the overrides run_prediction was given, over the default profile.
     weights: Mapping[str, int]
@@ -108,6 +120,8 @@ class Prediction:
     ttfts: tuple[tuple[float, ...], tuple[float, ...]] = ((), ())
     queue_times: tuple[tuple[float, ...], tuple[float, ...]] = ((), ())
     under_load: bool = False
+    # Under load: what another prediction with other weights can reuse (see Baseline).
+    baseline: Baseline | None = field(default=None, compare=False, repr=False)
 
     @property
     def best_fits_one_pod(self) -> bool:
@@ -139,10 +153,13 @@ def run_prediction(requests: Sequence[Request], *, weights: Mapping[str, int] | 
                    capacity_blocks: int | None = DEFAULT_CAPACITY_BLOCKS, tokenizer: Tokenizer | None = None,
                    seed: int | None = None, load: Load | None = None, latency: LatencyModel = DEFAULT_LATENCY,
                    limits: EngineLimits = DEFAULT_LIMITS, picker_replicas: int = 1,
-                   explain: int | None = None, picker_config: EndpointPickerConfig | None = None) -> Prediction:
+                   explain: int | None = None, picker_config: EndpointPickerConfig | None = None,
+                   baseline: Baseline | None = None) -> Prediction:
     """Replays `requests` onto `replicas` pods named `<pod_prefix>-<i>`, routed by a picker with
     `weights` laid over the default profile (as `serve` and the cluster's picker do):
-    serially, or under `load` in simulated time."""
+    serially, or under `load` in simulated time. Under load, `baseline` (an earlier
+    prediction's, with everything but the weights the same) spares tokenizing the workload and
+    replaying round-robin and the best case again."""
     if isinstance(replicas, bool) or not isinstance(replicas, int) or replicas < 1:
         raise PredictError(f"replicas={replicas!r}: must be a whole number of at least 1 (--replicas N)")
     if not requests:
@@ -182,7 +199,8 @@ def run_prediction(requests: Sequence[Request], *, weights: Mapping[str, int] | 
     if capacity_blocks is None:
         raise PredictError("a replay under load needs a KV cache size: pass --capacity-blocks N")
     try:
-        prepared = prepare(requests, load.output_lens, tokenizer, block_size)
+        prepared = (baseline.prepared if baseline is not None
+                    else prepare(requests, load.output_lens, tokenizer, block_size))
     except UnsupportedRequest as error:
         raise PredictError(str(error)) from None
 
@@ -204,17 +222,22 @@ def run_prediction(requests: Sequence[Request], *, weights: Mapping[str, int] | 
         return round_robin, SimulationResult((best_pod.counters(),)), best_pod.cached_blocks
 
     try:
-        # The fleets share only their inputs: on a second core round-robin's runs beside the picker's.
-        picked, (round_robin, best, best_blocks) = run_beside(
-            lambda: fleet_result(pickers, True, explain, repick), round_robin_and_best,
-            parallel=len(requests) >= PARALLEL_MIN_REQUESTS)
+        if baseline is not None:
+            picked = fleet_result(pickers, True, explain, repick)
+        else:
+            # The fleets share only their inputs: on a second core round-robin's runs beside the picker's.
+            picked, (round_robin, best, best_blocks) = run_beside(
+                lambda: fleet_result(pickers, True, explain, repick), round_robin_and_best,
+                parallel=len(requests) >= PARALLEL_MIN_REQUESTS)
+            baseline = Baseline(prepared, round_robin, best, best_blocks)
     except CapacityError as error:
         raise PredictError(str(error)) from None
     except PickerConfigError as error:
         raise PredictError(f"a weight change in the workload: {error}") from None
-    return Prediction(weights, picked, round_robin, best, best_blocks, capacity_blocks, latency, load.limits,
-                      (picked.ttfts, round_robin.ttfts), (picked.queue_times, round_robin.queue_times),
-                      under_load=True)
+    round_robin = baseline.round_robin
+    return Prediction(weights, picked, round_robin, baseline.best, baseline.best_cache_blocks, capacity_blocks,
+                      latency, load.limits, (picked.ttfts, round_robin.ttfts),
+                      (picked.queue_times, round_robin.queue_times), under_load=True, baseline=baseline)
 
 
 def predict(workload: Sequence[Mapping[str, Any]], **options: Any) -> dict:
@@ -357,6 +380,8 @@ class _Setup:
     picker_replicas: int
     notes: tuple[str, ...] = field(default=())
     weight_changes: tuple[WeightChange, ...] = ()
+    # Per seed, the first prediction's Baseline: only the weights differ between this setup's runs.
+    baselines: dict[int, Baseline] = field(default_factory=dict, compare=False, repr=False)
 
     def load(self, args: argparse.Namespace, seed: int) -> Load | None:
         plan = plan_load(self.arrivals, rate=args.rate, concurrency=args.concurrency, seed=seed,
@@ -368,12 +393,15 @@ class _Setup:
 
     def predict(self, args: argparse.Namespace, weights: Mapping[str, int], seed: int,
                 explain: int | None = None) -> Prediction:
-        return run_prediction(self.requests, weights=weights, replicas=self.target.replicas,
-                              pod_prefix=self.target.pod_prefix, block_size=self.block_size,
-                              capacity_blocks=self.capacity_blocks, tokenizer=self.tokenizer, seed=seed,
-                              load=self.load(args, seed), latency=self.latency, limits=self.limits,
-                              picker_replicas=self.picker_replicas, explain=explain,
-                              picker_config=self.target.picker_config)
+        prediction = run_prediction(self.requests, weights=weights, replicas=self.target.replicas,
+                                    pod_prefix=self.target.pod_prefix, block_size=self.block_size,
+                                    capacity_blocks=self.capacity_blocks, tokenizer=self.tokenizer, seed=seed,
+                                    load=self.load(args, seed), latency=self.latency, limits=self.limits,
+                                    picker_replicas=self.picker_replicas, explain=explain,
+                                    picker_config=self.target.picker_config, baseline=self.baselines.get(seed))
+        if prediction.baseline is not None:
+            self.baselines.setdefault(seed, prediction.baseline)
+        return prediction
 
 
 def _setup(args: argparse.Namespace) -> _Setup:

@@ -392,3 +392,28 @@ def test_the_benchmarks_target_tallies_count_each_target_and_name_the_rows_that_
         "busiest pod's share within 10 points: 2/3 (missed: chat / prefix=0)",
         "TTFT p50 within 25%: 2/3 (missed: chat / default weights)",
         "same ranking of the settings by hit rate: 0/1 (different: chat)"]
+
+
+def test_a_sweep_under_load_replays_round_robin_once_per_seed_with_the_same_figures(capsys, monkeypatch):
+    replays = []
+    real_replay = predict_command.simulate_under_load
+
+    def counting(prepared, plan, fleet, **options):
+        replays.append("picker" if fleet.reads_metrics else "round-robin")
+        return real_replay(prepared, plan, fleet, **options)
+
+    monkeypatch.setattr(predict_command, "simulate_under_load", counting)
+    argv = ("--pods", "2", "--workload", "seed-shared", "--concurrency", "3", "--seed", "5", "--runs", "2")
+    status, out, err = run_cli(*argv, "--sweep", "prefix=0..2", "--json", capsys=capsys)
+    assert status == 0
+    assert replays.count("round-robin") == 2 and replays.count("picker") == 6
+    swept = {setting["weights"]["prefix"]: setting for setting in json.loads(out)["settings"]}
+
+    # The same settings, each run from a setup of its own: nothing reused.
+    parser = argparse.ArgumentParser()
+    predict_command.add_parser(parser.add_subparsers())
+    args = parser.parse_args(["predict", *argv])
+    for prefix in (0, 1, 2):
+        weights = {**predict_command._setup(args).target.weights, "prefix": prefix}
+        alone = [predict_command._setup(args).predict(args, weights, seed) for seed in (5, 6)]
+        assert swept[prefix] == sweep.summarise({"prefix": prefix}, alone).to_json()
