@@ -64,7 +64,8 @@ def main(argv: list[str] | None = None) -> int:
                 latency = profile.latency
                 print(f"calibrated: step {latency.step_s * 1000:.2f} ms + {latency.prefill_token_s * 1e6:.1f} µs/prompt "
                       f"token + {latency.decode_seq_s * 1000:.2f} ms/decoding sequence + "
-                      f"{latency.context_token_s * 1e6:.1f} µs/cached context token, overhead "
+                      f"{latency.context_token_s * 1e6:.1f} µs/cached context token + "
+                      f"{latency.prefill_attention_s * 1e9:.0f} ns/attended token pair, overhead "
                       f"{latency.overhead_s * 1000:.1f} ms, jitter {latency.jitter:.0%}", flush=True)
                 profiles.append(profile)
                 return profile

@@ -16,7 +16,8 @@ from the client's clock, so the API server's proxy in between adds nothing:
   engine.
 
 A least-squares fit of step = step_s + prefill_token_s × tokens + decode_seq_s × sequences
-gives the model; `vllm:cache_config_info` gives block size and KV blocks, and the server's
++ context_token_s × cached tokens + prefill_attention_s × the pairs a prefill attends over
+(routing/latency.py) gives the model; `vllm:cache_config_info` gives block size and KV blocks, and the server's
 /server_info (served with VLLM_SERVER_DEV_MODE=1) its max_num_seqs and max_num_batched_tokens.
 """
 
@@ -35,7 +36,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Protocol, Sequence
 
-from .latency import EngineLimits, LatencyModel, LatencyProfile
+from .latency import EngineLimits, LatencyModel, LatencyProfile, prefill_pairs
 from .metrics import parse_metrics
 from .options import (OptionError, add_model_options, load_stack_model, named_url, positive_seconds,
                       unique_named_urls)
@@ -218,9 +219,11 @@ def _scheduler_limits(pod: PodChannel) -> EngineLimits | None:
 
 def fit(samples: Sequence[Mapping[str, Any]], budget: int) -> LatencyModel:
     """Least squares over every pod's phase means: a prefill phase's mean prefill time is
-    steps × step_s + computed tokens × prefill_token_s + cached tokens × context_token_s; a
-    decode phase's inter-token latency is step_s + sequences × (decode_seq_s + context ×
-    context_token_s), its context the prompt and half the reply."""
+    steps × step_s + computed tokens × prefill_token_s + cached tokens × context_token_s +
+    attended pairs × prefill_attention_s (`latency.prefill_pairs`); a decode phase's
+    inter-token latency is step_s + sequences × (decode_seq_s + context × context_token_s),
+    its context the prompt and half the reply. The prefill phases' three lengths and their
+    cache hit are what tell the attention term from the per-token one."""
     import numpy
 
     rows, targets = [], []
@@ -228,15 +231,16 @@ def fit(samples: Sequence[Mapping[str, Any]], budget: int) -> LatencyModel:
         if None in (sample["prefill"], sample["computed"], sample["prompt"]):
             continue
         if sample["kind"] == "prefill":
-            steps = max(1, -(-int(sample["computed"]) // budget))
-            rows.append([steps, sample["computed"], 0.0, sample["prompt"] - sample["computed"]])
+            computed, cached = sample["computed"], sample["prompt"] - sample["computed"]
+            steps = max(1, -(-int(computed) // budget))
+            rows.append([steps, computed, 0.0, cached, prefill_pairs(computed, cached)])
             targets.append(sample["prefill"])
         elif sample["itl"] is not None:
             sequences = sample["sequences"]
             context = sample["prompt"] + DECODE_TOKENS / 2
-            rows.append([1.0, 0.0, sequences, sequences * context])
+            rows.append([1.0, 0.0, sequences, sequences * context, 0.0])
             targets.append(sample["itl"])
-    if len(rows) < 4:
+    if len(rows) < 5:
         raise CalibrateError("vLLM's histograms gave too few phase means to fit (is this vLLM 0.10 or later, with "
                              "vllm:request_prefill_time_seconds and vllm:inter_token_latency_seconds?)")
     # Relative errors: a prefill of a long prompt takes 100 times a decode step, and both
@@ -244,7 +248,8 @@ def fit(samples: Sequence[Mapping[str, Any]], budget: int) -> LatencyModel:
     scale = 1 / numpy.array(targets, dtype=float)
     solution, *_ = numpy.linalg.lstsq(numpy.array(rows, dtype=float) * scale[:, None],
                                       numpy.array(targets, dtype=float) * scale, rcond=None)
-    step_s, prefill_token_s, decode_seq_s, context_token_s = (max(0.0, float(value)) for value in solution)
+    step_s, prefill_token_s, decode_seq_s, context_token_s, prefill_attention_s = (max(0.0, float(value))
+                                                                                   for value in solution)
     # What the client's TTFT holds besides the engine's queue and prefill (HTTP, the API server
     # tokenizing the prompt, detokenizing) grows with the prompt: a line through the
     # uncached prefill phases' (prompt tokens, overhead) means. A one-token answer's whole
@@ -263,7 +268,7 @@ def fit(samples: Sequence[Mapping[str, Any]], budget: int) -> LatencyModel:
     jitter = statistics.median(spreads) if spreads else 0.0
     return LatencyModel(step_s=step_s, prefill_token_s=prefill_token_s, decode_seq_s=decode_seq_s,
                         overhead_s=max(0.0, overhead), overhead_token_s=overhead_token, context_token_s=context_token_s,
-                        jitter=jitter)
+                        jitter=jitter, prefill_attention_s=prefill_attention_s)
 
 
 class Scraper:
@@ -408,7 +413,8 @@ def run(args: argparse.Namespace) -> int:
     model = profile.latency
     print(f"step {model.step_s * 1000:.2f} ms + {model.prefill_token_s * 1e6:.1f} µs per prompt token computed + "
           f"{model.decode_seq_s * 1000:.2f} ms per decoding sequence + {model.context_token_s * 1e6:.2f} µs per "
-          f"cached context token, steps ±{model.jitter:.0%}; {model.overhead_s * 1000:.1f} ms + "
+          f"cached context token + {model.prefill_attention_s * 1e9:.0f} ns per token pair a prefill attends over, "
+          f"steps ±{model.jitter:.0%}; {model.overhead_s * 1000:.1f} ms + "
           f"{model.overhead_token_s * 1e6:.1f} µs per prompt token outside the engine before the first token; block size {profile.block_size}, {profile.num_gpu_blocks} KV blocks"
           + ("" if profile.limits is None else f", max_num_seqs {profile.limits.max_num_seqs}, "
                                                f"max_num_batched_tokens {profile.limits.max_num_batched_tokens}"))

@@ -33,7 +33,7 @@ import random
 from collections import OrderedDict, deque
 from typing import Callable, NamedTuple, Sequence
 
-from .latency import EngineLimits, LatencyModel
+from .latency import EngineLimits, LatencyModel, prefill_pairs as chunk_pairs
 
 
 # Keys for full blocks that hold generated tokens: unique, so they never match a prompt.
@@ -226,6 +226,7 @@ class Engine:
         budget = self.limits.max_num_batched_tokens
         scheduled = self._scheduled = []
         prefill_tokens = decode_seqs = context_tokens = 0
+        prefill_pairs = 0.0  # the prefill chunks' attention: each chunk's tokens × what they attend to
         preempted = False
         pool = self.pool
         block_size = self.block_size
@@ -273,6 +274,7 @@ class Engine:
                     decode_seqs += 1
                 else:
                     prefill_tokens += new_tokens  # a prefill chunk, or recomputing after preemption
+                    prefill_pairs += chunk_pairs(new_tokens, computed)
                 index += 1
                 continue
             break  # the request itself was preempted: nothing after it runs this step
@@ -291,7 +293,8 @@ class Engine:
                 budget -= seq.step_tokens
                 prefill_tokens += seq.step_tokens
                 context_tokens += seq.computed
-        seconds = self.latency.step_seconds(prefill_tokens, decode_seqs, context_tokens)
+                prefill_pairs += chunk_pairs(seq.step_tokens, seq.computed)
+        seconds = self.latency.step_seconds(prefill_tokens, decode_seqs, context_tokens, prefill_pairs)
         if self._jitter:
             sigma = self._jitter
             seconds *= math.exp(self._rng.gauss(-sigma * sigma / 2, sigma))

@@ -6,9 +6,14 @@ The model here is linear in what a step does:
 
     step = step_s + prefill_token_s × prompt tokens computed + decode_seq_s × sequences decoding
            + context_token_s × tokens already in the KV cache of the sequences in the step
+           + prefill_attention_s × token pairs the step's prefill chunks attend over
 
-The last term is attention reading each sequence's cached keys and values: on a CPU it makes
-a decode step over long contexts, or a prefill after a long cache hit, markedly slower.
+The context term is attention reading each sequence's cached keys and values: on a CPU it
+makes a decode step over long contexts markedly slower. The last term is a prefill's
+attention, which grows with the square of its length: a chunk of n tokens computed after c
+tokens already in the cache (a prefix hit, or earlier chunks) attends over n × (c + n / 2)
+pairs, so a long prompt costs more per token than a short one, and a short remainder after a
+long hit more than its length alone says.
 Real steps vary: `jitter` is the relative spread each simulated step's time is drawn with
 (log-normal, mean 1), so requests that would finish in lockstep do not, as on real servers.
 Cached prompt tokens are not computed, so a prefix-cache hit shortens the step that serves
@@ -41,18 +46,33 @@ class LatencyModel:
     overhead_token_s: float = 0.0
     context_token_s: float = 0.0
     jitter: float = 0.0
+    prefill_attention_s: float = 0.0
 
     def __post_init__(self) -> None:
         for name, value in asdict(self).items():
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0:
                 raise ProfileError(f"latency {name}={value!r}: must be a number of seconds, at least 0")
 
-    def step_seconds(self, prefill_tokens: int, decode_seqs: int, context_tokens: int = 0) -> float:
+    def step_seconds(self, prefill_tokens: int, decode_seqs: int, context_tokens: int = 0,
+                     prefill_pairs: float = 0.0) -> float:
         return (self.step_s + self.prefill_token_s * prefill_tokens + self.decode_seq_s * decode_seqs
-                + self.context_token_s * context_tokens)
+                + self.context_token_s * context_tokens + self.prefill_attention_s * prefill_pairs)
+
+    def prefill_seconds(self, computed: int, cached: int, budget: int) -> float:
+        """A prompt's prefill alone on an idle server: `computed` tokens after `cached` ones hit,
+        in chunks of the step's token budget."""
+        steps = -(-computed // budget)
+        return (steps * self.step_s + computed * self.prefill_token_s + self.context_token_s * cached
+                + self.prefill_attention_s * prefill_pairs(computed, cached))
 
     def overhead_seconds(self, prompt_tokens: int) -> float:
         return self.overhead_s + self.overhead_token_s * prompt_tokens
+
+
+def prefill_pairs(computed: int, cached: int) -> float:
+    """Token pairs a prefill of `computed` tokens after `cached` ones attends over: each token
+    attends to the tokens before it. Chunking does not change the sum."""
+    return computed * (cached + computed / 2)
 
 
 # Used when predict has no profile: round figures for a ~0.5B model on one data-centre GPU

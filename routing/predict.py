@@ -138,14 +138,9 @@ class Prediction:
 def serial_ttfts(result: SimulationResult, latency: LatencyModel, limits: EngineLimits) -> tuple[float, ...]:
     """TTFT of each request of a serial replay: alone on an idle server, its uncached prompt
     tokens prefilled in chunks of the step's token budget."""
-    ttfts = []
     budget = limits.max_num_batched_tokens
-    for prompt_len, hit in zip(result.prompt_lens, result.hit_tokens):
-        computed = prompt_len - hit
-        steps = -(-computed // budget)
-        ttfts.append(latency.overhead_seconds(prompt_len) + steps * latency.step_s + computed * latency.prefill_token_s
-                     + latency.context_token_s * hit)
-    return tuple(ttfts)
+    return tuple(latency.overhead_seconds(prompt_len) + latency.prefill_seconds(prompt_len - hit, hit, budget)
+                 for prompt_len, hit in zip(result.prompt_lens, result.hit_tokens))
 
 
 def run_prediction(requests: Sequence[Request], *, weights: Mapping[str, int] | None = None, replicas: int,

@@ -121,6 +121,17 @@ def test_a_concurrent_request_shares_blocks_a_running_one_has_computed():
     assert engine.hits == 8
 
 
+def test_a_prefill_pays_attention_over_the_tokens_before_it_cached_or_not():
+    # 0.01 s per attended token pair. A alone: 8 tokens attend over 8 × 4 pairs, 1 + 0.8 + 0.32 s.
+    # B shares A's first block (4 tokens hit) and computes 4 more over 4 × (4 + 2) pairs.
+    engine = Engine("a", 4, 16, ROOMY, LatencyModel(step_s=1.0, prefill_token_s=0.1, decode_seq_s=0.0,
+                                                    overhead_s=0.0, prefill_attention_s=0.01))
+    times = run(engine, [(0.0, EngineRequest(0, 8, keys("p", "q"), 1, 0.0))])
+    assert times[0][0] == pytest.approx(2.12)
+    times = run(engine, [(10.0, EngineRequest(1, 8, keys("p", "r"), 1, 10.0))])
+    assert times[1][0] == pytest.approx(10.0 + 1.0 + 0.4 + 0.24)
+
+
 def test_batching_limits_hold_requests_in_the_waiting_queue():
     # One sequence at a time: B waits for A's whole reply.
     engine = Engine("a", 4, 64, EngineLimits(max_num_seqs=1, max_num_batched_tokens=64), LATENCY)

@@ -247,15 +247,15 @@ def test_plot_needs_a_sweep(capsys, tmp_path):
 
 def test_fit_recovers_a_known_latency_model():
     truth = LatencyModel(step_s=0.004, prefill_token_s=0.0002, decode_seq_s=0.001, overhead_s=0.01,
-                         overhead_token_s=0.00001, context_token_s=0.000003)
+                         overhead_token_s=0.00001, context_token_s=0.000003, prefill_attention_s=6e-10)
     samples = []
     for prompt in (300, 900, 1500):
+        prefill = truth.prefill_seconds(prompt, 0, 2048)
         samples.append({"kind": "prefill", "phase": f"prefill-{prompt}", "sequences": 1, "prompt": prompt,
-                        "computed": prompt, "prefill": truth.step_seconds(prompt, 0), "queue": 0.0,
-                        "client": truth.step_seconds(prompt, 0) + truth.overhead_seconds(prompt), "itl": None,
-                        "spread": 0.1})
+                        "computed": prompt, "prefill": prefill, "queue": 0.0,
+                        "client": prefill + truth.overhead_seconds(prompt), "itl": None, "spread": 0.1})
     samples.append({"kind": "prefill", "phase": "prefill-hit", "sequences": 1, "prompt": 900, "computed": 200,
-                    "prefill": truth.step_seconds(200, 0, 700), "queue": 0.0, "client": 0.0, "itl": None,
+                    "prefill": truth.prefill_seconds(200, 700, 2048), "queue": 0.0, "client": 0.0, "itl": None,
                     "spread": 0.5})
     for sequences, prompt in ((1, 50), (6, 50), (1, 900), (3, 900)):
         context = prompt + 16
@@ -263,8 +263,9 @@ def test_fit_recovers_a_known_latency_model():
                         "prompt": prompt, "computed": prompt, "prefill": 0.1, "queue": 0.0, "client": 0.1,
                         "itl": truth.step_seconds(0, sequences, sequences * context), "spread": 0.1})
     fitted = fit(samples, budget=2048)
-    for name in ("step_s", "prefill_token_s", "decode_seq_s", "context_token_s", "overhead_s", "overhead_token_s"):
-        assert getattr(fitted, name) == pytest.approx(getattr(truth, name), rel=1e-6, abs=1e-9), name
+    for name in ("step_s", "prefill_token_s", "decode_seq_s", "context_token_s", "prefill_attention_s", "overhead_s",
+                 "overhead_token_s"):
+        assert getattr(fitted, name) == pytest.approx(getattr(truth, name), rel=1e-6, abs=1e-12), name
     assert fitted.jitter == pytest.approx(0.1)
 
 
