@@ -17,8 +17,9 @@ from the client's clock, so the API server's proxy in between adds nothing:
 
 A least-squares fit of step = step_s + prefill_token_s × tokens + decode_seq_s × sequences
 + context_token_s × cached tokens + prefill_attention_s × the pairs a prefill attends over
-(routing/latency.py) gives the model; `vllm:cache_config_info` gives block size and KV blocks, and the server's
-/server_info (served with VLLM_SERVER_DEV_MODE=1) its max_num_seqs and max_num_batched_tokens.
+(routing/latency.py) gives the model; `vllm:cache_config_info` gives block size and KV
+blocks, and the server's /server_info (served with VLLM_SERVER_DEV_MODE=1) its max_num_seqs
+and max_num_batched_tokens.
 """
 
 from __future__ import annotations
@@ -410,12 +411,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"calibrate: {error}", file=sys.stderr)
         return 1
     profile.save(args.out)
-    model = profile.latency
-    print(f"step {model.step_s * 1000:.2f} ms + {model.prefill_token_s * 1e6:.1f} µs per prompt token computed + "
-          f"{model.decode_seq_s * 1000:.2f} ms per decoding sequence + {model.context_token_s * 1e6:.2f} µs per "
-          f"cached context token + {model.prefill_attention_s * 1e9:.0f} ns per token pair a prefill attends over, "
-          f"steps ±{model.jitter:.0%}; {model.overhead_s * 1000:.1f} ms + "
-          f"{model.overhead_token_s * 1e6:.1f} µs per prompt token outside the engine before the first token; block size {profile.block_size}, {profile.num_gpu_blocks} KV blocks"
+    print(f"{profile.latency.describe()}; block size {profile.block_size}, {profile.num_gpu_blocks} KV blocks"
           + ("" if profile.limits is None else f", max_num_seqs {profile.limits.max_num_seqs}, "
                                                f"max_num_batched_tokens {profile.limits.max_num_batched_tokens}"))
     print(f"profile written to {args.out}: python -m routing predict ... --latency-profile {args.out}")

@@ -68,6 +68,14 @@ class LatencyModel:
     def overhead_seconds(self, prompt_tokens: int) -> float:
         return self.overhead_s + self.overhead_token_s * prompt_tokens
 
+    def describe(self) -> str:
+        """Every term in one line, in the units people read them in (calibrate and the benchmark print it)."""
+        return (f"step {self.step_s * 1000:.2f} ms + {self.prefill_token_s * 1e6:.1f} µs per prompt token computed + "
+                f"{self.decode_seq_s * 1000:.2f} ms per decoding sequence + {self.context_token_s * 1e6:.2f} µs per "
+                f"cached context token + {self.prefill_attention_s * 1e9:.0f} ns per token pair a prefill attends "
+                f"over, steps ±{self.jitter:.0%}; {self.overhead_s * 1000:.1f} ms + "
+                f"{self.overhead_token_s * 1e6:.1f} µs per prompt token outside the engine before the first token")
+
 
 def prefill_pairs(computed: int, cached: int) -> float:
     """Token pairs a prefill of `computed` tokens after `cached` ones attends over: each token

@@ -366,9 +366,12 @@ _ROUNDING = 1e-9
 
 def target_tallies(rows: Sequence[Row]) -> list[str]:
     """How many rows (and workloads, for the ranking) meet each target, with the rows that miss."""
-    checks = (("hit rate within 3 points", "hit_rate", lambda m, p: abs(p - m) <= HIT_RATE_TARGET + _ROUNDING),
-              ("busiest pod's share within 10 points", "busiest_share", lambda m, p: abs(p - m) <= SHARE_TARGET + _ROUNDING),
-              ("TTFT p50 within 25%", "ttft_p50", lambda m, p: m > 0 and abs(p / m - 1) <= TTFT_TARGET + _ROUNDING))
+    checks = (("hit rate within 3 points", "hit_rate",
+               lambda m, p: abs(p - m) <= HIT_RATE_TARGET + _ROUNDING),
+              ("busiest pod's share within 10 points", "busiest_share",
+               lambda m, p: abs(p - m) <= SHARE_TARGET + _ROUNDING),
+              ("TTFT p50 within 25%", "ttft_p50",
+               lambda m, p: m > 0 and abs(p / m - 1) <= TTFT_TARGET + _ROUNDING))
     lines = []
     for label, figure, holds in checks:
         misses = [f"{row.experiment} / {row.setting}" for row in rows if not holds(*row.figure(figure))]

@@ -418,3 +418,13 @@ def test_a_sweep_under_load_replays_round_robin_once_per_seed_with_the_same_figu
         weights = {**predict_command._setup(args).target.weights, "prefix": prefix}
         alone = [predict_command._setup(args).predict(args, weights, seed) for seed in (5, 6)]
         assert swept[prefix] == sweep.summarise({"prefix": prefix}, alone).to_json()
+
+
+def test_a_latency_models_description_shows_every_term_in_readable_units():
+    described = LatencyModel(step_s=0.0204, prefill_token_s=0.0009, decode_seq_s=0.00148, overhead_s=0.0057,
+                             overhead_token_s=2e-6, context_token_s=8.7e-6, jitter=0.07,
+                             prefill_attention_s=1.7e-7).describe()
+    for figure in ("step 20.40 ms", "900.0 µs per prompt token computed", "1.48 ms per decoding sequence",
+                   "8.70 µs per cached context token", "170 ns per token pair a prefill attends over", "±7%",
+                   "5.7 ms + 2.0 µs per prompt token outside the engine"):
+        assert figure in described, figure
