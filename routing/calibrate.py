@@ -17,7 +17,10 @@ from the client's clock, so the API server's proxy in between adds nothing:
 
 A least-squares fit of step = step_s + prefill_token_s × tokens + decode_seq_s × sequences
 + context_token_s × cached tokens + prefill_attention_s × the pairs a prefill attends over
-(routing/latency.py) gives the model; `vllm:cache_config_info` gives block size and KV
+(routing/latency.py) gives the model. Each phase is replayed on the simulated engine to know
+which steps a mean covers: with several requests in flight, a request's prefill may share
+its step with others, and a decoding request's inter-token interval may hold a step that
+prefills a newly sent one (`replay_phase`). `vllm:cache_config_info` gives block size and KV
 blocks, and the server's /server_info (served with VLLM_SERVER_DEV_MODE=1) its max_num_seqs
 and max_num_batched_tokens.
 """
@@ -25,6 +28,8 @@ and max_num_batched_tokens.
 from __future__ import annotations
 
 import argparse
+import bisect
+import heapq
 import json
 import random
 import statistics
@@ -37,11 +42,12 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Protocol, Sequence
 
-from .latency import EngineLimits, LatencyModel, LatencyProfile, prefill_pairs
+from .engine import Engine, EngineRequest
+from .latency import DEFAULT_LIMITS, EngineLimits, LatencyModel, LatencyProfile
 from .metrics import parse_metrics
 from .options import (OptionError, add_model_options, load_stack_model, named_url, positive_seconds,
                       unique_named_urls)
-from .simulate import DEFAULT_SCRAPE_INTERVAL
+from .simulate import DEFAULT_BLOCK_SIZE, DEFAULT_SCRAPE_INTERVAL
 
 HISTOGRAMS = ("vllm:request_prefill_time_seconds", "vllm:request_prefill_kv_computed_tokens",
               "vllm:request_queue_time_seconds", "vllm:time_to_first_token_seconds",
@@ -52,6 +58,8 @@ MAX_PREFILL_TOKENS = 3000
 DECODE_TOKENS = 32
 CONCURRENT_DECODES = 6
 REQUESTS_PER_PHASE = 8
+# Fits on the last fit's replayed schedule, at most (they settle in two or three).
+FIT_ROUNDS = 6
 REQUEST_TIMEOUT = 120.0
 _WORDS = ("alpha bravo charlie delta echo foxtrot golf hotel india juliet kilo lima mike november oscar papa "
           "quebec romeo sierra tango uniform victor whiskey xray yankee zulu the of and to in is that for on "
@@ -218,39 +226,118 @@ def _scheduler_limits(pod: PodChannel) -> EngineLimits | None:
         return None  # /server_info exists only with VLLM_SERVER_DEV_MODE=1
 
 
-def fit(samples: Sequence[Mapping[str, Any]], budget: int) -> LatencyModel:
-    """Least squares over every pod's phase means: a prefill phase's mean prefill time is
-    steps × step_s + computed tokens × prefill_token_s + cached tokens × context_token_s +
-    attended pairs × prefill_attention_s (`latency.prefill_pairs`); a decode phase's
-    inter-token latency is step_s + sequences × (decode_seq_s + context × context_token_s),
-    its context the prompt and half the reply. The prefill phases' three lengths and their
-    cache hit are what tell the attention term from the per-token one."""
+@dataclass(frozen=True)
+class PhaseShape:
+    """What one phase sent one pod: `requests` prompts of `prompt_tokens`, `concurrent` at a
+    time (each client sends its next when its last is answered), `output_tokens` each; with
+    `shared_tokens`, every prompt starts with that many tokens of the same text."""
+
+    prompt_tokens: int
+    output_tokens: int
+    concurrent: int
+    requests: int
+    shared_tokens: int = 0
+
+    @classmethod
+    def of(cls, sample: Mapping[str, Any]) -> PhaseShape:
+        requests = int(sample["requests"])
+        shared = 0
+        if sample["shared_prefix"] and requests > 1:
+            # The mean hit is over every request, the first of which found nothing cached.
+            shared = round((sample["prompt"] - sample["computed"]) * requests / (requests - 1))
+        return cls(round(sample["prompt"]), int(sample["max_tokens"]), int(sample["sequences"]), requests, shared)
+
+
+def replay_phase(shape: PhaseShape, latency: LatencyModel, limits: EngineLimits,
+                 block_size: int) -> tuple[list[float], list[float]]:
+    """The phase run by the simulated engine under `latency`: the work of the steps inside a
+    request's prefill (vLLM's request_prefill_time: scheduled to first token), averaged over the
+    requests, and of the steps inside an inter-token interval, averaged over the intervals.
+
+    Work is (steps, prompt tokens computed, decoding sequences, cached context tokens, attended
+    pairs): a step's time is linear in it, so these are the fit's rows. Phases with concurrent
+    requests are why a replay is needed: a decoding request's interval may hold a step that
+    prefills another request too, and a request sent during a step waits for it to end.
+    """
+    blocks_each = -(-(shape.prompt_tokens + shape.output_tokens) // block_size)
+    engine = Engine("calibration", block_size, shape.concurrent * blocks_each + 1, limits, latency)
+    shared_keys = list(range(1, shape.shared_tokens // block_size + 1))
+    full_blocks = shape.prompt_tokens // block_size
+
+    def keys(index: int) -> list[int]:
+        # Past the shared prefix each prompt is its own: keys no other request has (positive,
+        # as the engine keys generated blocks with negative ones).
+        own = [(index + 1) << 32 | position for position in range(len(shared_keys), full_blocks)]
+        return shared_keys[:full_blocks] + own
+
+    arrivals = [(latency.overhead_seconds(shape.prompt_tokens), index) for index in range(shape.concurrent)]
+    heapq.heapify(arrivals)
+    next_index = shape.concurrent
+    first_token_at: dict[int, float] = {}
+    finished_at: dict[int, float] = {}
+    scheduled_at: dict[int, float] = {}
+
+    def on_first_token(seq: EngineRequest, now: float) -> None:
+        first_token_at[seq.index] = now
+        scheduled_at[seq.index] = seq.scheduled_at
+
+    def on_finish(seq: EngineRequest, now: float) -> None:
+        nonlocal next_index
+        finished_at[seq.index] = now
+        if next_index < shape.requests:
+            heapq.heappush(arrivals, (now + latency.overhead_seconds(shape.prompt_tokens), next_index))
+            next_index += 1
+
+    def arrive() -> None:
+        at, index = heapq.heappop(arrivals)
+        engine.add(EngineRequest(index, shape.prompt_tokens, keys(index), shape.output_tokens, at))
+
+    starts, ends, work = [], [], [[0.0] * 5]  # work: running sums over the steps so far
+    now = 0.0
+
+    while arrivals or engine.busy:
+        if not engine.busy:
+            # An idle engine starts a step the moment a request reaches it, with that request
+            # alone, as simulate_under_load's engines do: requests sent together reach vLLM's
+            # engine core one after another, and those behind the first wait for its step.
+            now = arrivals[0][0]
+            arrive()
+        seconds = engine.schedule(now)
+        prefill_tokens, decode_seqs, context_tokens, pairs = engine.step_work
+        work.append([total + part for total, part in zip(work[-1], (1, prefill_tokens, decode_seqs, context_tokens,
+                                                                     pairs))])
+        starts.append(now)
+        now += seconds
+        ends.append(now)
+        engine.finish_step(now, on_first_token, on_finish)
+        while arrivals and arrivals[0][0] <= now:  # reached the server during the step
+            arrive()
+
+    def between(start: float, end: float) -> list[float]:
+        # The steps from the one starting at `start` to the one ending at `end`, both included.
+        first, last = bisect.bisect_left(starts, start), bisect.bisect_right(ends, end)
+        return [after - before for after, before in zip(work[last], work[first])]
+
+    def mean_of(rows: list[list[float]], count: int) -> list[float]:
+        return [sum(column) / count for column in zip(*rows)]
+
+    prefill = mean_of([between(scheduled_at[i], first_token_at[i]) for i in first_token_at], len(first_token_at))
+    decode: list[float] = []
+    if shape.output_tokens > 1:
+        decode = mean_of([between(first_token_at[i], finished_at[i]) for i in finished_at],
+                         (shape.output_tokens - 1) * len(finished_at))
+    return prefill, decode
+
+
+def fit(samples: Sequence[Mapping[str, Any]], limits: EngineLimits, block_size: int) -> LatencyModel:
+    """Least squares over every pod's phase means, each mean a linear function of the model
+    (`replay_phase`): every phase's mean prefill time and the decode phases' mean inter-token
+    latency. The schedule a replay follows depends a little on the model (when the next
+    request arrives relative to a step), so the fit is repeated on the schedule of the last fit
+    until it settles. The prefill phases' three lengths and their cache hit are what tell the
+    attention term from the per-token one."""
     import numpy
 
-    rows, targets = [], []
-    for sample in samples:
-        if None in (sample["prefill"], sample["computed"], sample["prompt"]):
-            continue
-        if sample["kind"] == "prefill":
-            computed, cached = sample["computed"], sample["prompt"] - sample["computed"]
-            steps = max(1, -(-int(computed) // budget))
-            rows.append([steps, computed, 0.0, cached, prefill_pairs(computed, cached)])
-            targets.append(sample["prefill"])
-        elif sample["itl"] is not None:
-            sequences = sample["sequences"]
-            context = sample["prompt"] + DECODE_TOKENS / 2
-            rows.append([1.0, 0.0, sequences, sequences * context, 0.0])
-            targets.append(sample["itl"])
-    if len(rows) < 5:
-        raise CalibrateError("vLLM's histograms gave too few phase means to fit (is this vLLM 0.10 or later, with "
-                             "vllm:request_prefill_time_seconds and vllm:inter_token_latency_seconds?)")
-    # Relative errors: a prefill of a long prompt takes 100 times a decode step, and both
-    # matter, so each phase mean weighs as much as any other.
-    scale = 1 / numpy.array(targets, dtype=float)
-    solution, *_ = numpy.linalg.lstsq(numpy.array(rows, dtype=float) * scale[:, None],
-                                      numpy.array(targets, dtype=float) * scale, rcond=None)
-    step_s, prefill_token_s, decode_seq_s, context_token_s, prefill_attention_s = (max(0.0, float(value))
-                                                                                   for value in solution)
     # What the client's TTFT holds besides the engine's queue and prefill (HTTP, the API server
     # tokenizing the prompt, detokenizing) grows with the prompt: a line through the
     # uncached prefill phases' (prompt tokens, overhead) means. A one-token answer's whole
@@ -267,9 +354,37 @@ def fit(samples: Sequence[Mapping[str, Any]], budget: int) -> LatencyModel:
     spreads = [s["spread"] for s in samples if s["spread"] is not None and s["sequences"] == 1
                and s["phase"] != "prefill-hit"]
     jitter = statistics.median(spreads) if spreads else 0.0
-    return LatencyModel(step_s=step_s, prefill_token_s=prefill_token_s, decode_seq_s=decode_seq_s,
-                        overhead_s=max(0.0, overhead), overhead_token_s=overhead_token, context_token_s=context_token_s,
-                        jitter=jitter, prefill_attention_s=prefill_attention_s)
+
+    usable = [s for s in samples if None not in (s["prefill"], s["computed"], s["prompt"])]
+    targets = [s["prefill"] for s in usable] + [s["itl"] for s in usable if s["kind"] == "decode" and s["itl"]]
+    if len(targets) < 5:
+        raise CalibrateError("vLLM's histograms gave too few phase means to fit (is this vLLM 0.10 or later, with "
+                             "vllm:request_prefill_time_seconds and vllm:inter_token_latency_seconds?)")
+    # Relative errors: a prefill of a long prompt takes 100 times a decode step, and both
+    # matter, so each phase mean weighs as much as any other.
+    scale = 1 / numpy.array(targets, dtype=float)
+    shapes = [PhaseShape.of(s) for s in usable]
+    # The first schedule is replayed with a guess: steps of the fastest decode, prompt tokens
+    # at the slowest prefill's rate.
+    latency = LatencyModel(step_s=min((s["itl"] for s in usable if s["itl"]), default=0.0),
+                           prefill_token_s=max(s["prefill"] / max(1.0, s["computed"]) for s in usable),
+                           decode_seq_s=0.0, overhead_s=max(0.0, overhead), overhead_token_s=overhead_token)
+    for _ in range(FIT_ROUNDS):
+        replays = [replay_phase(shape, latency, limits, block_size) for shape in shapes]
+        rows = [prefill for prefill, _ in replays] + [
+            decode for sample, (_, decode) in zip(usable, replays) if sample["kind"] == "decode" and sample["itl"]]
+        solution, *_ = numpy.linalg.lstsq(numpy.array(rows, dtype=float) * scale[:, None],
+                                          numpy.array(targets, dtype=float) * scale, rcond=None)
+        step_s, prefill_token_s, decode_seq_s, context_token_s, prefill_attention_s = (
+            max(0.0, float(value)) for value in solution)
+        fitted = LatencyModel(step_s=step_s, prefill_token_s=prefill_token_s, decode_seq_s=decode_seq_s,
+                              overhead_s=max(0.0, overhead), overhead_token_s=overhead_token,
+                              context_token_s=context_token_s, jitter=jitter, prefill_attention_s=prefill_attention_s)
+        settled = fitted == latency
+        latency = fitted
+        if settled:
+            break
+    return latency
 
 
 class Scraper:
@@ -309,7 +424,6 @@ def calibrate(pods: Sequence[PodChannel], *, seed: int = 0, limits: EngineLimits
     model, max_model_len = _served_model(pods[0])
     cache = parse_metrics(pods[0].get("/metrics").decode())
     limits = limits or _scheduler_limits(pods[0])
-    budget = limits.max_num_batched_tokens if limits else 2048
     # Words per token differ by tokenizer: measure on one short prompt first.
     probe = json.loads(pods[0].post("/tokenize", {"model": model, "prompt": prompt(random.Random(seed), 200)}))
     tokens_per_word = max(0.5, len(probe["tokens"]) / 201)
@@ -336,7 +450,8 @@ def calibrate(pods: Sequence[PodChannel], *, seed: int = 0, limits: EngineLimits
                 raise
             kind = "prefill" if phase.name.startswith("prefill") else "decode"
             samples.append({"pod": pod.name, "phase": phase.name, "kind": kind, "sequences": phase.concurrent,
-                            **means})
+                            "requests": REQUESTS_PER_PHASE * phase.concurrent, "max_tokens": phase.max_tokens,
+                            "shared_prefix": phase.shared_prefix, **means})
             progress(f"  {pod.name} {phase.name}: " + ", ".join(
                 f"{key} {value:.0f} tokens" if key in ("computed", "prompt")
                 else f"{key} {value:.0%}" if key == "spread" else f"{key} {value * 1000:.1f} ms"
@@ -347,7 +462,8 @@ def calibrate(pods: Sequence[PodChannel], *, seed: int = 0, limits: EngineLimits
              f"{len(plan)} phases each")
     with Scraper(pods, scrape_interval), ThreadPoolExecutor(len(pods)) as pool:
         samples = [sample for pod_samples in pool.map(one_pod, enumerate(pods)) for sample in pod_samples]
-    latency = fit(samples, budget)
+    # Unreported scheduler limits: vLLM's defaults (the profile then records none).
+    latency = fit(samples, limits or DEFAULT_LIMITS, cache.block_size or DEFAULT_BLOCK_SIZE)
     return LatencyProfile(latency, cache.block_size, cache.num_gpu_blocks, limits,
                           source=f"calibrated on {', '.join(p.name for p in pods)} ({model}) "
                                  f"at {time.strftime('%Y-%m-%d %H:%M:%S')}",

@@ -198,6 +198,7 @@ class Engine:
         self.queries = 0
         self.finished = 0
         self.published = Published(0, 0, 0.0)
+        self.step_work: tuple[int, int, int, float] = (0, 0, 0, 0.0)
         self._scheduled: list[EngineRequest] = []
 
     def blocks_for(self, tokens: int) -> int:
@@ -294,6 +295,8 @@ class Engine:
                 prefill_tokens += seq.step_tokens
                 context_tokens += seq.computed
                 prefill_pairs += chunk_pairs(seq.step_tokens, seq.computed)
+        # What the step did, in the latency model's terms (calibrate's replay reads it).
+        self.step_work = (prefill_tokens, decode_seqs, context_tokens, prefill_pairs)
         seconds = self.latency.step_seconds(prefill_tokens, decode_seqs, context_tokens, prefill_pairs)
         if self._jitter:
             sigma = self._jitter

@@ -41,6 +41,7 @@ SETTINGS = (("default weights", None, False), ("prefix=0,queue=3,kvCache=2", NO_
 REQUEST_TIMEOUT = 120.0
 SERVE_START_TIMEOUT = 30.0
 TTFT_HISTOGRAM = "vllm:time_to_first_token_seconds"
+ITL_HISTOGRAM = "vllm:inter_token_latency_seconds"
 OUTPUT_TOKENS = 16
 # The KV cache each server gets (--num-gpu-blocks-override): small enough that the pressure
 # workload's prefixes fit in both servers' caches together but not in one.
@@ -199,6 +200,9 @@ class Run:
     # Mean TTFT: measured, from vLLM's own histogram (the server's view, without the client's
     # and serve's share); predicted, from the simulation.
     ttft_mean: float = 0.0
+    # Mean inter-token latency (a decode step as a request sees it): measured, from vLLM's own
+    # histogram; predicted, over every simulated request's tokens after its first.
+    itl_mean: float = 0.0
     failed: int = 0
 
 
@@ -250,25 +254,31 @@ def measure(pair: VllmPair, experiment: Experiment, weights: Mapping[str, int] |
     pair.reset_prefix_caches()
     pods = UrlPods(pair.backends)
     with serve_process(pair.backends, weights, round_robin, seed, pair.log_dir / "serve.log") as url:
-        before, histograms = pods.read(), server_ttft_totals(pair)
+        before, histograms = pods.read(), server_totals(pair)
         sent = drive(url, experiment.arrivals, experiment.concurrency)
         time.sleep(0.5)  # vLLM bumps its counters just after the last response
         report = diff_reads(before, pods.read())
-        total, count = (after - earlier for after, earlier in zip(server_ttft_totals(pair), histograms))
+        after = server_totals(pair)
     ttfts = [s.ttft for s in sent if s.ttft is not None]
     busiest = max(p.requests for p in report.pods) / max(1, report.requests)
+
+    def server_mean(name: str) -> float:
+        total, count = (later - earlier for later, earlier in zip(after[name], histograms[name]))
+        return total / count if count else 0.0
+
     return Run(report.hit_rate or 0.0, busiest, percentile(ttfts, 0.5) or 0.0, percentile(ttfts, 0.95) or 0.0,
-               total / count if count else 0.0, sum(1 for s in sent if s.ttft is None)), report
+               ttft_mean=server_mean(TTFT_HISTOGRAM), itl_mean=server_mean(ITL_HISTOGRAM),
+               failed=sum(1 for s in sent if s.ttft is None)), report
 
 
-def server_ttft_totals(pair: VllmPair) -> tuple[float, float]:
-    """(sum, count) of vllm:time_to_first_token_seconds over both servers."""
-    total = count = 0.0
+def server_totals(pair: VllmPair) -> dict[str, tuple[float, float]]:
+    """(sum, count) of vLLM's TTFT and inter-token latency histograms over both servers."""
+    totals = {TTFT_HISTOGRAM: (0.0, 0.0), ITL_HISTOGRAM: (0.0, 0.0)}
     for url in pair.backends.values():
         with urllib.request.urlopen(url + "/metrics", timeout=15) as response:
-            seconds, requests = histogram_totals(response.read().decode())[TTFT_HISTOGRAM]
-        total, count = total + seconds, count + requests
-    return total, count
+            read = histogram_totals(response.read().decode())
+        totals = {name: (total + read[name][0], count + read[name][1]) for name, (total, count) in totals.items()}
+    return totals
 
 
 class ServerCountedTokenizer:
@@ -305,8 +315,13 @@ def predict_runs(pair: VllmPair, profile: LatencyProfile, experiment: Experiment
         result, ttfts = ((prediction.round_robin, prediction.ttfts[1]) if round_robin
                          else (prediction.picker, prediction.ttfts[0]))
         busiest = max(p.requests for p in result.pods) / max(1, result.requests)
+        # From a request's first token to its last, over the tokens after the first.
+        decoding = sum(finished - (sent + ttft) for finished, sent, ttft, output in
+                       zip(result.finished_at, result.sent_at, ttfts, load.output_lens) if output > 1)
+        intervals = sum(output - 1 for output in load.output_lens if output > 1)
         runs.append(Run(result.hit_rate or 0.0, busiest, percentile(ttfts, 0.5) or 0.0,
-                        percentile(ttfts, 0.95) or 0.0, sum(ttfts) / len(ttfts)))
+                        percentile(ttfts, 0.95) or 0.0, sum(ttfts) / len(ttfts),
+                        itl_mean=decoding / intervals if intervals else 0.0))
     return runs
 
 
@@ -337,20 +352,22 @@ def format_rows(rows: Sequence[Row]) -> str:
     """The README's Markdown table: measured (mean, min–max over runs) against predicted."""
     lines = ["| workload | setting | hit rate measured (min–max) | predicted | error | busiest pod's share "
              "measured / predicted | TTFT p50 measured / predicted | error | vLLM's own TTFT mean / predicted mean "
-             "| failed |",
-             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+             "| vLLM's own ITL mean / predicted | failed |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for row in rows:
         measured_rate, predicted_rate = row.figure("hit_rate")
         rates = [r.hit_rate for r in row.measured]
         share_m, share_p = row.figure("busiest_share")
         ttft_m, ttft_p = row.figure("ttft_p50")
         server_m, mean_p = row.figure("ttft_mean")
+        itl_m, itl_p = row.figure("itl_mean")
         failed = sum(r.failed for r in row.measured)
         lines.append(f"| {row.experiment} | {row.setting} | {measured_rate:.1%} ({min(rates):.1%}–{max(rates):.1%}) "
                      f"| {predicted_rate:.1%} | {(predicted_rate - measured_rate) * 100:+.1f} pt "
                      f"| {share_m:.0%} / {share_p:.0%} | {ttft_m * 1000:.0f} / {ttft_p * 1000:.0f} ms "
                      f"| {(ttft_p / ttft_m - 1) * 100 if ttft_m else 0:+.0f}% "
-                     f"| {server_m * 1000:.0f} / {mean_p * 1000:.0f} ms | {failed} |")
+                     f"| {server_m * 1000:.0f} / {mean_p * 1000:.0f} ms | {itl_m * 1000:.1f} / {itl_p * 1000:.1f} ms "
+                     f"| {failed} |")
     return "\n".join(lines)
 
 

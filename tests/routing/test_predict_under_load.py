@@ -11,7 +11,8 @@ import pytest
 from routing import predict as predict_command
 from routing import sweep
 from routing.arrivals import Arrival, LoadPlan, load_arrivals, plan_load
-from routing.calibrate import REQUESTS_PER_PHASE, CalibrateError, calibrate, fit, histogram_totals
+from routing.calibrate import (REQUESTS_PER_PHASE, CalibrateError, PhaseShape, calibrate, fit, histogram_totals,
+                               replay_phase)
 from routing.latency import EngineLimits, LatencyModel, LatencyProfile, ProfileError, percentile
 from routing.picker import EndpointPicker, Request
 from routing.predict import Load, run_prediction
@@ -245,24 +246,68 @@ def test_plot_needs_a_sweep(capsys, tmp_path):
 
 # -- calibrate's fit -------------------------------------------------------------------------------
 
-def test_fit_recovers_a_known_latency_model():
+def _calibration_samples(truth: LatencyModel, limits: EngineLimits, block_size: int) -> list[dict]:
+    """Phase means as vLLM's histograms would give them if `truth` were the server's cost: the
+    phases calibrate sends, each run by the simulated engine."""
+    shapes = {"prefill-300": PhaseShape(300, 1, 1, 8), "prefill-900": PhaseShape(900, 1, 1, 8),
+              "prefill-1500": PhaseShape(1500, 1, 1, 8), "prefill-hit": PhaseShape(900, 1, 1, 8, shared_tokens=700),
+              "decode-1": PhaseShape(50, 32, 1, 8), "decode-6": PhaseShape(50, 32, 6, 48),
+              "decode-long-1": PhaseShape(900, 32, 1, 8), "decode-long-3": PhaseShape(900, 32, 3, 24)}
+    costs = (truth.step_s, truth.prefill_token_s, truth.decode_seq_s, truth.context_token_s, truth.prefill_attention_s)
+
+    def seconds(work: list[float]) -> float:
+        return sum(cost * amount for cost, amount in zip(costs, work))
+
+    samples = []
+    for phase, shape in shapes.items():
+        prefill_work, decode_work = replay_phase(shape, truth, limits, block_size)
+        prefill, itl = seconds(prefill_work), seconds(decode_work) if decode_work else None
+        # vLLM counts a request's own computed tokens; the work counts its steps' (the same
+        # when the phase sends one request at a time, as the shared-prefix one does).
+        computed = prefill_work[1] if shape.shared_tokens else shape.prompt_tokens
+        samples.append({"kind": "decode" if phase.startswith("decode") else "prefill", "phase": phase,
+                        "sequences": shape.concurrent, "requests": shape.requests, "max_tokens": shape.output_tokens,
+                        "shared_prefix": bool(shape.shared_tokens), "prompt": shape.prompt_tokens,
+                        "computed": computed, "prefill": prefill, "queue": 0.0, "itl": itl, "spread": 0.1,
+                        "client": prefill + truth.overhead_seconds(shape.prompt_tokens)})
+    return samples
+
+
+def test_replaying_a_phase_counts_what_each_step_did():
+    """Two 100-token prompts sent at once, 3 tokens each. A reaches the idle engine first and
+    its step starts alone (B waits for it). Step 1: A's 100 (its first token). Step 2: B's 100
+    and A's decode (B's first token). Step 3: both decode (A done). Step 4: B decodes. So A's
+    prefill is step 1 and B's step 2; A's intervals are steps 2-3 and B's steps 3-4, and one of
+    the four holds B's prefill."""
+    latency = LatencyModel(step_s=0.01, prefill_token_s=0.001, decode_seq_s=0.002, overhead_s=0.0)
+    prefill, decode = replay_phase(PhaseShape(100, 3, 2, 2), latency, EngineLimits(8, 2048), 16)
+    # (steps, prompt tokens computed, decoding sequences, cached context tokens, attended pairs)
+    step_1 = (1, 100, 0, 0, 100 * 50)
+    step_2 = (1, 100, 1, 100, 100 * 50)
+    step_3 = (1, 0, 2, 101 + 100, 0)
+    step_4 = (1, 0, 1, 101, 0)
+    assert prefill == pytest.approx([(x + y) / 2 for x, y in zip(step_1, step_2)])
+    assert decode == pytest.approx([sum(column) / 4 for column in zip(step_2, step_3, step_3, step_4)])
+
+
+def test_a_prompt_with_a_shared_prefix_is_replayed_with_its_hit():
+    latency = LatencyModel(step_s=0.01, prefill_token_s=0.001, decode_seq_s=0.002, overhead_s=0.0)
+    prefill, _ = replay_phase(PhaseShape(96, 1, 1, 3, shared_tokens=64), latency, EngineLimits(8, 256), 16)
+    # The first computes all 96 tokens; the other two hit the 4 shared blocks and compute 32.
+    assert prefill[1] == pytest.approx((96 + 32 + 32) / 3) and prefill[3] == pytest.approx((0 + 64 + 64) / 3)
+
+
+def test_fit_recovers_a_known_latency_model_from_phases_that_ran_concurrently():
+    """The decode phases run several requests at once, so their inter-token latency holds
+    steps that prefill a newly sent request too: fitting them as pure decode steps would
+    overstate the decode and context costs."""
     truth = LatencyModel(step_s=0.004, prefill_token_s=0.0002, decode_seq_s=0.001, overhead_s=0.01,
                          overhead_token_s=0.00001, context_token_s=0.000003, prefill_attention_s=6e-10)
-    samples = []
-    for prompt in (300, 900, 1500):
-        prefill = truth.prefill_seconds(prompt, 0, 2048)
-        samples.append({"kind": "prefill", "phase": f"prefill-{prompt}", "sequences": 1, "prompt": prompt,
-                        "computed": prompt, "prefill": prefill, "queue": 0.0,
-                        "client": prefill + truth.overhead_seconds(prompt), "itl": None, "spread": 0.1})
-    samples.append({"kind": "prefill", "phase": "prefill-hit", "sequences": 1, "prompt": 900, "computed": 200,
-                    "prefill": truth.prefill_seconds(200, 700, 2048), "queue": 0.0, "client": 0.0, "itl": None,
-                    "spread": 0.5})
-    for sequences, prompt in ((1, 50), (6, 50), (1, 900), (3, 900)):
-        context = prompt + 16
-        samples.append({"kind": "decode", "phase": f"decode-{sequences}-{prompt}", "sequences": sequences,
-                        "prompt": prompt, "computed": prompt, "prefill": 0.1, "queue": 0.0, "client": 0.1,
-                        "itl": truth.step_seconds(0, sequences, sequences * context), "spread": 0.1})
-    fitted = fit(samples, budget=2048)
+    limits = EngineLimits(16, 2048)
+    samples = _calibration_samples(truth, limits, 16)
+    decode_long_3 = next(s for s in samples if s["phase"] == "decode-long-3")
+    assert decode_long_3["itl"] > truth.step_seconds(0, 3, 3 * (900 + 16)) * 1.05  # what contamination adds
+    fitted = fit(samples, limits, 16)
     for name in ("step_s", "prefill_token_s", "decode_seq_s", "context_token_s", "prefill_attention_s", "overhead_s",
                  "overhead_token_s"):
         assert getattr(fitted, name) == pytest.approx(getattr(truth, name), rel=1e-6, abs=1e-12), name
@@ -393,6 +438,16 @@ def test_the_benchmarks_target_tallies_count_each_target_and_name_the_rows_that_
         "busiest pod's share within 10 points: 2/3 (missed: chat / prefix=0)",
         "TTFT p50 within 25%: 2/3 (missed: chat / default weights)",
         "same ranking of the settings by hit rate: 0/1 (different: chat)"]
+
+
+def test_the_benchmarks_table_shows_the_servers_own_means_beside_the_predicted_ones():
+    from routing.underload import Row, Run, format_rows
+
+    measured = (Run(0.8, 0.5, 0.130, 0.9, ttft_mean=0.450, itl_mean=0.0403, failed=1),
+                Run(0.8, 0.5, 0.150, 0.9, ttft_mean=0.430, itl_mean=0.0397, failed=0))
+    predicted = (Run(0.79, 0.5, 0.110, 0.8, ttft_mean=0.400, itl_mean=0.0416),)
+    line = format_rows([Row("multi-tenant", "round-robin", measured, predicted)]).splitlines()[-1]
+    assert line.endswith("| -21% | 440 / 400 ms | 40.0 / 41.6 ms | 1 |")
 
 
 def test_a_sweep_under_load_replays_round_robin_once_per_seed_with_the_same_figures(capsys, monkeypatch):
