@@ -5,7 +5,8 @@
 Starts two servers of a tiny model built here (wider than the demo's, so that prefill costs
 more than the two servers' contention for two cores), with a small KV cache (80 blocks of
 128 tokens each, `--num-gpu-blocks-override`); calibrates them with `calibrate` before each
-workload (`--calibrate-once`: once at the start); then sends three workloads with the real
+workload (`--calibrate-once`: once at the start), `serve` as the gateway whose hop it times;
+then sends three workloads with the real
 `openai` client through a fresh `serve` per run (caches emptied first), with the default
 weights, prefix=0,queue=3,kvCache=2 and round-robin, and predicts each with `predict`'s
 time-aware simulation from the calibrated profile. Prints measured (mean and range over
@@ -23,7 +24,7 @@ from pathlib import Path
 from routing.calibrate import UrlPod, calibrate
 from routing.latency import LatencyProfile
 from routing.underload import (HIDDEN_SIZE, LAYERS, SERVER_ARGS, Experiment, compare, format_rows, ranking,
-                              target_tallies)
+                              serve_process, target_tallies)
 from routing.vllm_server import (DEFAULT_START_TIMEOUT, REPO_ROOT, StepError, VllmUnavailable, resolve_vllm_python,
                                  vllm_pair)
 
@@ -61,7 +62,9 @@ def main(argv: list[str] | None = None) -> int:
                 if profiles and args.calibrate_once:
                     return profiles[0]
                 print(f"calibrating for {experiment.name}", flush=True)
-                profile = calibrate(pods, progress=lambda line: print(line, flush=True))
+                with serve_process(pair.backends, None, False, 0, pair.log_dir / "serve.log") as url:
+                    profile = calibrate(pods, gateway=UrlPod("serve", url),
+                                        progress=lambda line: print(line, flush=True))
                 print(f"calibrated: {profile.latency.describe()}", flush=True)
                 profiles.append(profile)
                 return profile

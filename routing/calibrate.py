@@ -22,13 +22,17 @@ which steps a mean covers: with several requests in flight, a request's prefill 
 its step with others, and a decoding request's inter-token interval may hold a step that
 prefills a newly sent one (`replay_phase`). `vllm:cache_config_info` gives block size and KV
 blocks, and the server's /server_info (served with VLLM_SERVER_DEV_MODE=1) its max_num_seqs
-and max_num_batched_tokens.
+and max_num_batched_tokens. With `--gateway-url`, one-token requests sent through the gateway
+and straight to the pods in turn time the gateway's hop (`gateway_hop`), which predict adds
+to every request's way in.
 """
 
 from __future__ import annotations
 
 import argparse
 import bisect
+import contextlib
+import dataclasses
 import heapq
 import json
 import random
@@ -45,7 +49,7 @@ from typing import Any, Callable, Mapping, Protocol, Sequence
 from .engine import Engine, EngineRequest
 from .latency import DEFAULT_LIMITS, EngineLimits, LatencyModel, LatencyProfile
 from .metrics import parse_metrics
-from .options import (OptionError, add_model_options, load_stack_model, named_url, positive_seconds,
+from .options import (OptionError, add_model_options, http_url, load_stack_model, named_url, positive_seconds,
                       unique_named_urls)
 from .simulate import DEFAULT_BLOCK_SIZE, DEFAULT_SCRAPE_INTERVAL
 
@@ -58,6 +62,9 @@ MAX_PREFILL_TOKENS = 3000
 DECODE_TOKENS = 32
 CONCURRENT_DECODES = 6
 REQUESTS_PER_PHASE = 8
+# One-token requests sent through the gateway, and as many straight to the pods, to time its hop:
+# a few milliseconds, against a round trip that varies by as much between two requests.
+GATEWAY_REQUESTS = 32
 # Fits on the last fit's replayed schedule, at most (they settle in two or three).
 FIT_ROUNDS = 6
 REQUEST_TIMEOUT = 120.0
@@ -208,6 +215,23 @@ def run_phase(pod: PodChannel, model: str, phase: Phase, rng: random.Random) -> 
             # How much identical requests' durations differ (seen from here: only the spread is used).
             "spread": statistics.pstdev(durations) / statistics.mean(durations) if len(durations) > 1 else None,
             "client": statistics.mean(durations)}
+
+
+def gateway_hop(gateway: PodChannel, pods: Sequence[PodChannel], model: str, rng: random.Random, *,
+                clock: Callable[[], float] = time.monotonic) -> float:
+    """What the gateway adds to a client's round trip: one-token completions of short unique
+    prompts sent in turn through `gateway` and straight to a pod (the pods in turn), the
+    median of one less the median of the other, never below 0. On idle pods, so the two
+    sides differ by the hop alone."""
+    through, direct = [], []
+    for index in range(GATEWAY_REQUESTS):
+        for channel, seconds in ((gateway, through), (pods[index % len(pods)], direct)):
+            # A short prompt: the less the server works, the less its time varies.
+            body = {"model": model, "prompt": prompt(rng, 4), "max_tokens": 1, "temperature": 0, "stream": True}
+            started = clock()
+            channel.post("/v1/completions", body)
+            seconds.append(clock() - started)
+    return max(0.0, statistics.median(through) - statistics.median(direct))
 
 
 def _served_model(pod: PodChannel) -> tuple[str, int]:
@@ -415,10 +439,10 @@ class Scraper:
 
 
 def calibrate(pods: Sequence[PodChannel], *, seed: int = 0, limits: EngineLimits | None = None,
-              scrape_interval: float = DEFAULT_SCRAPE_INTERVAL,
+              scrape_interval: float = DEFAULT_SCRAPE_INTERVAL, gateway: PodChannel | None = None,
               progress: Callable[[str], None] = print) -> LatencyProfile:
     """Runs the calibration workload on every pod at once, scraped as the picker scrapes them,
-    and fits the profile."""
+    and fits the profile; with `gateway`, also times the hop through it (`gateway_hop`)."""
     if not pods:
         raise CalibrateError("no pods to calibrate: pass --pod-url NAME=URL, or --stack and --model")
     model, max_model_len = _served_model(pods[0])
@@ -460,10 +484,18 @@ def calibrate(pods: Sequence[PodChannel], *, seed: int = 0, limits: EngineLimits
 
     progress(f"calibrating {len(pods)} pod(s) serving {model} at once, scraped every {scrape_interval * 1000:g} ms: "
              f"{len(plan)} phases each")
-    with Scraper(pods, scrape_interval), ThreadPoolExecutor(len(pods)) as pool:
+    # A gateway's own picker scrapes the pods, as it does under load: a scraper of ours beside
+    # it would scrape them twice as often, and rendering /metrics costs the servers time.
+    scraper = Scraper(pods, scrape_interval) if gateway is None else contextlib.nullcontext()
+    with scraper, ThreadPoolExecutor(len(pods)) as pool:
         samples = [sample for pod_samples in pool.map(one_pod, enumerate(pods)) for sample in pod_samples]
     # Unreported scheduler limits: vLLM's defaults (the profile then records none).
     latency = fit(samples, limits or DEFAULT_LIMITS, cache.block_size or DEFAULT_BLOCK_SIZE)
+    if gateway is not None:
+        hop = gateway_hop(gateway, pods, model, random.Random(seed))
+        progress(f"  through {gateway.name}: {hop * 1000:.1f} ms more than straight to the pods (median of "
+                 f"{GATEWAY_REQUESTS} one-token requests each way)")
+        latency = dataclasses.replace(latency, gateway_s=hop)
     return LatencyProfile(latency, cache.block_size, cache.num_gpu_blocks, limits,
                           source=f"calibrated on {', '.join(p.name for p in pods)} ({model}) "
                                  f"at {time.strftime('%Y-%m-%d %H:%M:%S')}",
@@ -491,7 +523,11 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     parser.add_argument("--seed", type=int, default=0, help="seed of the calibration prompts (default 0)")
     parser.add_argument("--scrape-interval", type=positive_seconds, default=DEFAULT_SCRAPE_INTERVAL, metavar="S",
                         help=f"scrape /metrics this often meanwhile, as the picker will (default "
-                             f"{DEFAULT_SCRAPE_INTERVAL:g})")
+                             f"{DEFAULT_SCRAPE_INTERVAL:g}); not with --gateway-url, whose picker scrapes them")
+    parser.add_argument("--gateway-url", type=http_url("--gateway-url"), metavar="URL",
+                        help="the gateway clients send to (the stack's Gateway, or `serve`): also time one-token "
+                             "requests through it against the pods directly; predict adds the difference to every "
+                             "request's way in")
     parser.set_defaults(func=run)
     return parser
 
@@ -518,8 +554,9 @@ def run(args: argparse.Namespace) -> int:
         if args.max_num_seqs is not None:
             limits = EngineLimits(args.max_num_seqs, args.max_num_batched_tokens)
         pods = _pods(args)
+        gateway = UrlPod("gateway", args.gateway_url) if args.gateway_url else None
         profile = calibrate(pods, seed=args.seed, limits=limits, scrape_interval=args.scrape_interval,
-                            progress=lambda line: print(line, flush=True))
+                            gateway=gateway, progress=lambda line: print(line, flush=True))
     except (OptionError, CalibrateError, ValueError) as error:
         print(f"calibrate: {error}", file=sys.stderr)
         return 2

@@ -19,7 +19,9 @@ Real steps vary: `jitter` is the relative spread each simulated step's time is d
 Cached prompt tokens are not computed, so a prefix-cache hit shortens the step that serves
 it. `overhead_s + overhead_token_s × prompt tokens` is what a request spends in the server
 outside the engine before its first token (HTTP, tokenizing the prompt, detokenizing): it
-adds to TTFT but holds no engine time.
+adds to TTFT but holds no engine time. `gateway_s` is the hop through the gateway clients send
+to (`calibrate --gateway-url` measures it; 0 when it was not): a request reaches its pod that
+much after it is sent.
 """
 
 from __future__ import annotations
@@ -47,6 +49,7 @@ class LatencyModel:
     context_token_s: float = 0.0
     jitter: float = 0.0
     prefill_attention_s: float = 0.0
+    gateway_s: float = 0.0
 
     def __post_init__(self) -> None:
         for name, value in asdict(self).items():
@@ -68,13 +71,20 @@ class LatencyModel:
     def overhead_seconds(self, prompt_tokens: int) -> float:
         return self.overhead_s + self.overhead_token_s * prompt_tokens
 
+    def arrival_seconds(self, prompt_tokens: int) -> float:
+        """From a client's send to the request reaching the pod's engine: through the gateway,
+        then the server's own overhead."""
+        return self.gateway_s + self.overhead_seconds(prompt_tokens)
+
     def describe(self) -> str:
         """Every term in one line, in the units people read them in (calibrate and the benchmark print it)."""
         return (f"step {self.step_s * 1000:.2f} ms + {self.prefill_token_s * 1e6:.1f} µs per prompt token computed + "
                 f"{self.decode_seq_s * 1000:.2f} ms per decoding sequence + {self.context_token_s * 1e6:.2f} µs per "
                 f"cached context token + {self.prefill_attention_s * 1e9:.0f} ns per token pair a prefill attends "
                 f"over, steps ±{self.jitter:.0%}; {self.overhead_s * 1000:.1f} ms + "
-                f"{self.overhead_token_s * 1e6:.1f} µs per prompt token outside the engine before the first token")
+                f"{self.overhead_token_s * 1e6:.1f} µs per prompt token outside the engine before the first token; "
+                + (f"{self.gateway_s * 1000:.1f} ms through the gateway" if self.gateway_s
+                   else "no gateway hop measured"))
 
 
 def prefill_pairs(computed: int, cached: int) -> float:

@@ -139,7 +139,7 @@ def serial_ttfts(result: SimulationResult, latency: LatencyModel, limits: Engine
     """TTFT of each request of a serial replay: alone on an idle server, its uncached prompt
     tokens prefilled in chunks of the step's token budget."""
     budget = limits.max_num_batched_tokens
-    return tuple(latency.overhead_seconds(prompt_len) + latency.prefill_seconds(prompt_len - hit, hit, budget)
+    return tuple(latency.arrival_seconds(prompt_len) + latency.prefill_seconds(prompt_len - hit, hit, budget)
                  for prompt_len, hit in zip(result.prompt_lens, result.hit_tokens))
 
 

@@ -267,8 +267,8 @@ def simulate_under_load(prepared: Prepared, plan: LoadPlan, fleet: Fleet, *, see
 
     The picker picks when a request is sent, from each pod's gauges as of its last scrape
     (each (replica, pod) scraped every `scrape_interval` from its own random phase); the
-    request reaches the engine the latency model's overhead later; TTFT runs from the send to the end
-    of the step that samples its first token.
+    request reaches the engine the gateway's hop and the server's overhead later; TTFT runs
+    from the send to the end of the step that samples its first token.
     """
     rng = random.Random(seed)
     count = len(prepared.requests)
@@ -287,7 +287,7 @@ def simulate_under_load(prepared: Prepared, plan: LoadPlan, fleet: Fleet, *, see
     last_read_at: list[list[float | None]] = [[None] * len(engines) for _ in fleet.pickers]
     read = [list(idle) for _ in fleet.pickers]
     fresh_until = [float("-inf")] * len(fleet.pickers)
-    overhead = fleet.latency.overhead_seconds
+    arrival = fleet.latency.arrival_seconds
     reads_metrics = fleet.reads_metrics  # round-robin reads none: nothing to publish
 
     sent_at = [0.0] * count
@@ -332,7 +332,7 @@ def simulate_under_load(prepared: Prepared, plan: LoadPlan, fleet: Fleet, *, see
             explained = Explained(index, replica, now, tuple(seen), decision)
         sent_at[index] = now
         placements[index] = decision.pod
-        heapq.heappush(events, (now + overhead(prepared.prompt_lens[index]), next(order), ARRIVE, index))
+        heapq.heappush(events, (now + arrival(prepared.prompt_lens[index]), next(order), ARRIVE, index))
 
     # Sessions: a turn waits for its session's previous turn.
     session_of = plan.sessions

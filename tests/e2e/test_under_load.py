@@ -17,7 +17,7 @@ from __future__ import annotations
 import pytest
 
 from routing.calibrate import UrlPod, calibrate
-from routing.underload import HIDDEN_SIZE, LAYERS, SERVER_ARGS, compare, format_rows, ranking
+from routing.underload import HIDDEN_SIZE, LAYERS, SERVER_ARGS, compare, format_rows, ranking, serve_process
 from routing.vllm_server import vllm_pair
 
 # Points of hit rate between prediction and one measured run. With the default weights the
@@ -38,8 +38,9 @@ def rows(vllm_python, tmp_path_factory, progress):
     work = tmp_path_factory.mktemp("under-load")
     with vllm_pair(work / "tiny-model", work / "logs", vllm_python, out=progress, hidden_size=HIDDEN_SIZE,
                    layers=LAYERS, extra_args=SERVER_ARGS) as pair:
-        profile = calibrate([UrlPod(name, url) for name, url in pair.backends.items()],
-                            progress=lambda line: progress.write(line + "\n"))
+        with serve_process(pair.backends, None, False, 0, pair.log_dir / "serve.log") as gateway_url:
+            profile = calibrate([UrlPod(name, url) for name, url in pair.backends.items()],
+                                gateway=UrlPod("serve", gateway_url), progress=lambda line: progress.write(line + "\n"))
         result = compare(pair, lambda experiment: profile, runs=1, seeds=3, out=progress)
     progress.write(format_rows(result) + "\n")
     return result

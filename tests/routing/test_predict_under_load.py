@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import re
 
@@ -476,10 +477,52 @@ def test_a_sweep_under_load_replays_round_robin_once_per_seed_with_the_same_figu
 
 
 def test_a_latency_models_description_shows_every_term_in_readable_units():
-    described = LatencyModel(step_s=0.0204, prefill_token_s=0.0009, decode_seq_s=0.00148, overhead_s=0.0057,
-                             overhead_token_s=2e-6, context_token_s=8.7e-6, jitter=0.07,
-                             prefill_attention_s=1.7e-7).describe()
+    model = LatencyModel(step_s=0.0204, prefill_token_s=0.0009, decode_seq_s=0.00148, overhead_s=0.0057,
+                         overhead_token_s=2e-6, context_token_s=8.7e-6, jitter=0.07, prefill_attention_s=1.7e-7)
+    described = dataclasses.replace(model, gateway_s=0.0062).describe()
     for figure in ("step 20.40 ms", "900.0 µs per prompt token computed", "1.48 ms per decoding sequence",
                    "8.70 µs per cached context token", "170 ns per token pair a prefill attends over", "±7%",
-                   "5.7 ms + 2.0 µs per prompt token outside the engine"):
+                   "5.7 ms + 2.0 µs per prompt token outside the engine", "6.2 ms through the gateway"):
         assert figure in described, figure
+    assert "no gateway hop measured" in model.describe()
+
+
+class TimedChannel:
+    """A pod or gateway whose every completion takes `seconds` on a clock the test owns."""
+
+    def __init__(self, name: str, seconds: float, clock: list[float]):
+        self.name, self.seconds, self.clock, self.prompts = name, seconds, clock, []
+
+    def post(self, path: str, body) -> bytes:
+        self.prompts.append(body["prompt"])
+        self.clock[0] += self.seconds
+        return b"data: [DONE]\n\n"
+
+
+def test_the_gateway_hop_is_the_median_round_trip_through_it_less_the_median_straight_to_a_pod():
+    import random as random_module
+
+    from routing.calibrate import GATEWAY_REQUESTS, gateway_hop
+
+    now = [0.0]
+    gateway = TimedChannel("serve", 0.030, now)
+    pods = [TimedChannel("a", 0.020, now), TimedChannel("b", 0.024, now)]
+    hop = gateway_hop(gateway, pods, "tiny", random_module.Random(1), clock=lambda: now[0])
+    assert hop == pytest.approx(0.030 - 0.022)  # the median of 20 and 24 ms, half from each pod
+    assert len(gateway.prompts) == GATEWAY_REQUESTS and len(pods[0].prompts) == len(pods[1].prompts)
+    every = gateway.prompts + pods[0].prompts + pods[1].prompts
+    assert len(set(every)) == len(every)  # unique prompts: nothing is a cache hit on either side
+    assert gateway_hop(TimedChannel("fast", 0.010, now), pods, "tiny", random_module.Random(1),
+                       clock=lambda: now[0]) == 0.0
+
+
+def test_the_gateway_hop_delays_every_requests_first_token_serially_and_under_load():
+    requests = [Request("m", f"prompt {n} " * 40) for n in range(6)]
+    through = dataclasses.replace(LATENCY, gateway_s=0.007)
+    serial = [run_prediction(requests, replicas=2, seed=1, latency=model) for model in (LATENCY, through)]
+    assert [b - a for a, b in zip(*(p.ttfts[0] for p in serial))] == pytest.approx([0.007] * 6)
+    # One request at a time under load: each finds its pod idle, so only the hop differs.
+    plan = plan_load([Arrival(body(f"prompt {n} " * 40), r) for n, r in enumerate(requests)], concurrency=1, seed=1)
+    loaded = [run_prediction(requests, replicas=2, seed=1, latency=model, load=Load(plan, (4,) * 6, LIMITS))
+              for model in (LATENCY, through)]
+    assert [b - a for a, b in zip(*(p.ttfts[0] for p in loaded))] == pytest.approx([0.007] * 6)
