@@ -21,10 +21,9 @@ import sys
 import time
 from pathlib import Path
 
-from routing.calibrate import UrlPod, calibrate
 from routing.latency import LatencyProfile
-from routing.underload import (HIDDEN_SIZE, LAYERS, SERVER_ARGS, Experiment, compare, format_rows, ranking,
-                              serve_process, target_tallies)
+from routing.underload import (HIDDEN_SIZE, LAYERS, SERVER_ARGS, Experiment, calibrate_pair, compare, format_rows,
+                              ranking, target_tallies)
 from routing.vllm_server import (DEFAULT_START_TIMEOUT, REPO_ROOT, StepError, VllmUnavailable, resolve_vllm_python,
                                  vllm_pair)
 
@@ -53,7 +52,6 @@ def main(argv: list[str] | None = None) -> int:
         with vllm_pair(args.work_dir / f"tiny-model-h{HIDDEN_SIZE}-l{LAYERS}", args.work_dir / "logs", python,
                        timeout=args.start_timeout, hidden_size=HIDDEN_SIZE, layers=LAYERS,
                        extra_args=SERVER_ARGS) as pair:
-            pods = [UrlPod(name, url) for name, url in pair.backends.items()]
             profiles: list[LatencyProfile] = []
 
             def profile_for(experiment: Experiment) -> LatencyProfile:
@@ -62,9 +60,7 @@ def main(argv: list[str] | None = None) -> int:
                 if profiles and args.calibrate_once:
                     return profiles[0]
                 print(f"calibrating for {experiment.name}", flush=True)
-                with serve_process(pair.backends, None, False, 0, pair.log_dir / "serve.log") as url:
-                    profile = calibrate(pods, gateway=UrlPod("serve", url),
-                                        progress=lambda line: print(line, flush=True))
+                profile = calibrate_pair(pair, progress=lambda line: print(line, flush=True))
                 print(f"calibrated: {profile.latency.describe()}", flush=True)
                 profiles.append(profile)
                 return profile

@@ -482,8 +482,9 @@ def calibrate(pods: Sequence[PodChannel], *, seed: int = 0, limits: EngineLimits
                 for key, value in means.items() if value is not None))
         return samples
 
-    progress(f"calibrating {len(pods)} pod(s) serving {model} at once, scraped every {scrape_interval * 1000:g} ms: "
-             f"{len(plan)} phases each")
+    scraped = (f"scraped by {gateway.name}'s picker" if gateway is not None
+               else f"scraped every {scrape_interval * 1000:g} ms")
+    progress(f"calibrating {len(pods)} pod(s) serving {model} at once, {scraped}: {len(plan)} phases each")
     # A gateway's own picker scrapes the pods, as it does under load: a scraper of ours beside
     # it would scrape them twice as often, and rendering /metrics costs the servers time.
     scraper = Scraper(pods, scrape_interval) if gateway is None else contextlib.nullcontext()

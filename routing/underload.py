@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping, Sequence, TextIO
 
 from .arrivals import Arrival, plan_load
-from .calibrate import histogram_totals
+from .calibrate import UrlPod, calibrate, histogram_totals
 from .latency import DEFAULT_LIMITS, LatencyProfile, percentile
 from .metrics import DeltaReport, diff_reads
 from .picker import Request
@@ -247,6 +247,14 @@ def serve_process(backends: Mapping[str, str], weights: Mapping[str, int] | None
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait(timeout=10)
+
+
+def calibrate_pair(pair: VllmPair, progress: Callable[[str], None]) -> LatencyProfile:
+    """`calibrate` on the pair's servers, with a `serve` (default weights) as the gateway: its
+    picker scrapes the servers meanwhile, and calibrate times its hop."""
+    pods = [UrlPod(name, url) for name, url in pair.backends.items()]
+    with serve_process(pair.backends, None, False, 0, pair.log_dir / "serve.log") as url:
+        return calibrate(pods, gateway=UrlPod("serve", url), progress=progress)
 
 
 def measure(pair: VllmPair, experiment: Experiment, weights: Mapping[str, int] | None, round_robin: bool,

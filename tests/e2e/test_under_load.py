@@ -2,13 +2,14 @@
 
 Its own pair of servers, each with its own core: the tiny model at its `medium` size (prefill
 costs more than the front ends' and the client's share of the machine) and a small KV cache
-(routing.underload.SERVER_ARGS), calibrated with `calibrate`. Each of
+(routing.underload.SERVER_ARGS), calibrated with `calibrate` through a `serve` as the
+gateway (routing.underload.calibrate_pair). Each of
 the three workloads runs once per setting (default weights, prefix=0,queue=3,kvCache=2,
 round-robin), predicted over three seeds. What is asserted is what held run after run in
 the benchmark (benchmarks/bench_under_load.py; the README has its table) and in the test's
 own runs: every request succeeds, default weights give the best hit rate on both sides,
 predicted hit rates are close to measured ones (within 5 points with default weights, 10
-with the load-placed settings), round-robin splits evenly. Latency is reported, not asserted: on a
+with the load-placed settings, 15 for multi-turn chat under prefix=0), round-robin splits evenly. Latency is reported, not asserted: on a
 shared two-core machine it moves with whatever else runs.
 """
 
@@ -16,8 +17,7 @@ from __future__ import annotations
 
 import pytest
 
-from routing.calibrate import UrlPod, calibrate
-from routing.underload import HIDDEN_SIZE, LAYERS, SERVER_ARGS, compare, format_rows, ranking, serve_process
+from routing.underload import HIDDEN_SIZE, LAYERS, SERVER_ARGS, calibrate_pair, compare, format_rows, ranking
 from routing.vllm_server import vllm_pair
 
 # Points of hit rate between prediction and one measured run. With the default weights the
@@ -40,9 +40,7 @@ def rows(vllm_python, tmp_path_factory, progress):
     work = tmp_path_factory.mktemp("under-load")
     with vllm_pair(work / "tiny-model", work / "logs", vllm_python, out=progress, hidden_size=HIDDEN_SIZE,
                    layers=LAYERS, extra_args=SERVER_ARGS) as pair:
-        with serve_process(pair.backends, None, False, 0, pair.log_dir / "serve.log") as gateway_url:
-            profile = calibrate([UrlPod(name, url) for name, url in pair.backends.items()],
-                                gateway=UrlPod("serve", gateway_url), progress=lambda line: progress.write(line + "\n"))
+        profile = calibrate_pair(pair, progress=lambda line: progress.write(line + "\n"))
         result = compare(pair, lambda experiment: profile, runs=1, seeds=3, out=progress)
     progress.write(format_rows(result) + "\n")
     return result
