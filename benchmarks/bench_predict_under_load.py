@@ -5,9 +5,9 @@
 The trace: 200 tenants' preambles (~2,000 characters, popularity skewed) with unique
 questions, Poisson arrivals at 800 requests/s (about half of what 16 pods of the default
 GPU latency model serve), 16 output tokens each, vLLM's GPU block size of 16 and its
-default scheduler limits. Prints the whole of `run_prediction` (tokenizing, the picker's
-fleet, round-robin's fleet and the best-case pod; on two cores round-robin's fleet and the
-best case run in a forked child beside the picker's) and the picker's fleet alone.
+default scheduler limits. Prints the whole of `run_prediction` (tokenizing, with the picker's
+block hashes; then the picker's fleet, with round-robin's fleet and the best-case pod in a
+forked child beside it), then its parts: the tokenizing and the picker's fleet alone.
 """
 
 from __future__ import annotations
@@ -57,13 +57,15 @@ def main() -> None:
           f"round-robin {prediction.round_robin.hit_rate:.1%}, TTFT p95 {p95 * 1000:.0f} ms, "
           f"{prediction.picker.duration:.0f} s simulated)")
 
-    prepared = prepare(requests, load.output_lens, EstimateTokenizer(), 16)
-    fleet = Fleet(tuple(f"pod-{i}" for i in range(PODS)), (EndpointPicker(WEIGHTS, seed=1),), 31250,
-                  DEFAULT_LIMITS, DEFAULT_LATENCY)
+    picker = EndpointPicker(WEIGHTS, seed=1)
+    started = time.perf_counter()
+    prepared = prepare(requests, load.output_lens, EstimateTokenizer(), 16, picker.hash_plan(16))
+    tokenized = time.perf_counter() - started
+    fleet = Fleet(tuple(f"pod-{i}" for i in range(PODS)), (picker,), 31250, DEFAULT_LIMITS, DEFAULT_LATENCY)
     started = time.perf_counter()
     simulate_under_load(prepared, plan, fleet, seed=1)
     alone = time.perf_counter() - started
-    print(f"  the picker's fleet alone (requests tokenized beforehand): {alone:.1f} s = "
+    print(f"  tokenizing and hashing: {tokenized:.1f} s; the picker's fleet alone after it: {alone:.1f} s = "
           f"{REQUESTS / alone:,.0f} simulated requests/s")
 
 

@@ -15,7 +15,7 @@ import sys
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any, Mapping, Protocol, Sequence
+from typing import Any, Mapping, NamedTuple, Protocol, Sequence
 
 from settings import DEFAULT_WEIGHTS, WEIGHT_NAMES
 
@@ -199,6 +199,15 @@ def _clamp(score: float) -> float:
 class Picker(Protocol):
     def pick(self, request: Request, pods: Sequence[PodMetrics]) -> Decision: ...
 
+    # The pod `pick` would choose, with the same effect on the picker's state, without the
+    # Decision: simulated fleets need only the pod, and building a Decision is a tenth of a
+    # pick. `hashed`: the request's prefix hashes computed beforehand, with their HashPlan.
+    def choose(self, request: Request, pods: Sequence[PodMetrics],
+               hashed: tuple[HashPlan, Sequence[Sequence[int]]] | None = None) -> str: ...
+
+    # How the picker would hash requests for pods of this block size (None: it does not).
+    def hash_plan(self, reported_block_size: int | None) -> HashPlan | None: ...
+
 
 def with_default_weights(overrides: Mapping[str, int] | None) -> dict[str, int]:
     """`overrides` laid over the controller's default profile (queue 2, kvCache 2, prefix 3): the
@@ -289,13 +298,33 @@ class PrefixIndex:
         return len(self._lru_by_pod.get(pod, ()))
 
 
+class HashPlan(NamedTuple):
+    """How a prefix producer cuts a request into hashed blocks: its characters (pickers before
+    v0.9) or its pseudo-tokens, in blocks of `block_tokens`, at most `max_blocks` of them."""
+
+    characters: bool
+    block_tokens: int
+    max_blocks: int
+
+    def hashes(self, request: Request) -> list[list[int]]:
+        """The request's block hashes, one chain per prompt that has any."""
+        characters, block_tokens, max_blocks = self
+        model, salt = request.target_model, request.cache_salt
+        if characters:
+            hashes = character_block_hashes(model, request.characters, block_tokens, max_blocks, salt)
+            return [hashes] if hashes else []
+        streams = [picker_block_hashes(model, stream, block_tokens, max_blocks, salt)
+                   for stream in request.token_streams]
+        return [hashes for hashes in streams if hashes]
+
+
 @dataclass(frozen=True)
 class _MatchInfo:
     """One prefix producer's view of one request (LDR attribute/prefix PrefixCacheMatchInfo):
     block hashes per prompt, blocks matched per pod summed over the prompts, and the request's
     blocks in all."""
 
-    hashes: list[list[int]]
+    hashes: Sequence[Sequence[int]]
     match_blocks: dict[str, int]
     block_tokens: int
     total_blocks: int
@@ -336,29 +365,33 @@ class _PrefixProducer:
                 self.max_prefix_blocks = LEGACY_MAX_PREFIX_BLOCKS
         self.index = PrefixIndex()
 
-    def match(self, request: Request, pods: Sequence[PodMetrics], names: Sequence[str]) -> _MatchInfo:
-        """`names` are the pods' names, in order."""
-        # Upstream hashes a request once, with the block size of the *first* candidate
-        # (GetBlockSize: endpoints[0]); pods reporting another block size are matched with that
-        # one too. Pods of one Deployment agree anyway.
+    def hash_plan(self, reported_block_size: int | None) -> HashPlan:
+        """How this producer hashes requests when the first candidate reports `reported_block_size`.
+
+        Upstream hashes a request once, with the block size of the *first* candidate
+        (GetBlockSize: endpoints[0]); pods reporting another block size are matched with that
+        one too. Pods of one Deployment agree anyway.
+        """
         if self.characters:
             block_tokens = self.block_size_tokens
-            if self.auto_tune and pods[0].block_size is not None and pods[0].block_size > 0:
-                block_tokens = pods[0].block_size
-            streams = [character_block_hashes(request.target_model, request.characters, block_tokens,
-                                              self._max_blocks(block_tokens), request.cache_salt)]
+            if self.auto_tune and reported_block_size is not None and reported_block_size > 0:
+                block_tokens = reported_block_size
         else:
-            block_tokens = picker_block_size(self.block_size_tokens, pods[0].block_size, self.auto_tune)
-            max_blocks = self._max_blocks(block_tokens)
-            streams = [picker_block_hashes(request.target_model, stream, block_tokens, max_blocks, request.cache_salt)
-                       for stream in request.token_streams]
-        streams = [hashes for hashes in streams if hashes]
+            block_tokens = picker_block_size(self.block_size_tokens, reported_block_size, self.auto_tune)
+        return HashPlan(self.characters, block_tokens, self._max_blocks(block_tokens))
+
+    def match(self, request: Request, pods: Sequence[PodMetrics], names: Sequence[str],
+              hashed: tuple[HashPlan, Sequence[Sequence[int]]] | None = None) -> _MatchInfo:
+        """`names` are the pods' names, in order; `hashed`, the request's hashes computed
+        beforehand and the plan they were computed with (used only if it is this pick's)."""
+        plan = self.hash_plan(pods[0].block_size)
+        streams = hashed[1] if hashed is not None and hashed[0] == plan else plan.hashes(request)
         match_blocks = dict.fromkeys(names, 0)
         for hashes in streams:
             for pod, blocks in self.index.match(hashes).items():
                 if pod in match_blocks:
                     match_blocks[pod] += blocks
-        return _MatchInfo(streams, match_blocks, block_tokens, sum(map(len, streams)))
+        return _MatchInfo(streams, match_blocks, plan.block_tokens, sum(map(len, streams)))
 
     def _max_blocks(self, block_tokens: int) -> int:
         # resolveMaxBlocks.
@@ -587,6 +620,29 @@ class EndpointPicker:
         return None if producer is None else producer.index
 
     def pick(self, request: Request, pods: Sequence[PodMetrics]) -> Decision:
+        chosen, totals, scores, matches = self._pick(request, pods)
+        first = next(iter(matches.values()), None)
+        return Decision(pod=chosen, totals=MappingProxyType(totals),
+                        scores=MappingProxyType({k: MappingProxyType(v) for k, v in scores.items()}),
+                        match_blocks=MappingProxyType(first.match_blocks if first else {}),
+                        total_blocks=first.total_blocks if first else 0, weights=self.weights)
+
+    def choose(self, request: Request, pods: Sequence[PodMetrics],
+               hashed: tuple[HashPlan, Sequence[Sequence[int]]] | None = None) -> str:
+        return self._pick(request, pods, hashed)[0]
+
+    def hash_plan(self, reported_block_size: int | None) -> HashPlan | None:
+        """How the (first) prefix producer hashes requests for pods reporting this block size;
+        None when no scorer reads prefix matches."""
+        producer = next(iter(self._producers.values()), None)
+        return None if producer is None else producer.hash_plan(reported_block_size)
+
+    def _pick(self, request: Request, pods: Sequence[PodMetrics],
+              hashed: tuple[HashPlan, Sequence[Sequence[int]]] | None = None
+              ) -> tuple[str, dict[str, float], dict[str, dict[str, float]], dict[str, _MatchInfo]]:
+        """The pick and what it was made from: the chosen pod, totals, scores per scorer and
+        each producer's match info. `hashed`: the request's block hashes and the plan they
+        were computed with, which any producer hashing by that plan uses instead."""
         if not pods:
             raise ValueError("no candidate pods: the pool's selector matches no ready pod")
         # Callers pass pods with distinct names (a gateway's backends by name, a simulated fleet).
@@ -600,7 +656,7 @@ class EndpointPicker:
             self._metrics_totals = _add_weighted(dict.fromkeys(self._names, 0.0), self._metrics_weights,
                                                  self._metrics_scores)
         names = self._names
-        matches = {name: producer.match(request, pods, names) for name, producer in self._producers.items()}
+        matches = {name: producer.match(request, pods, names, hashed) for name, producer in self._producers.items()}
         metrics_scores = self._metrics_scores
         scores = {name: metrics_scores[name] if scorer.reads_only_pods
                   else scorer.score(request, pods, matches.get(scorer.producer))
@@ -629,12 +685,7 @@ class EndpointPicker:
             producer.record(matches[name], chosen_pod)
         for scorer in self._scorers.values():
             scorer.pre_request(chosen, matches.get(scorer.producer))
-
-        first = next(iter(matches.values()), None)
-        return Decision(pod=chosen, totals=MappingProxyType(totals),
-                        scores=MappingProxyType({k: MappingProxyType(v) for k, v in scores.items()}),
-                        match_blocks=MappingProxyType(first.match_blocks if first else {}),
-                        total_blocks=first.total_blocks if first else 0, weights=self.weights)
+        return chosen, totals, scores, matches
 
 
 def _add_weighted(totals: dict[str, float], weights: Sequence[tuple[str, float]],
@@ -709,9 +760,16 @@ class RoundRobinPicker:
         self._next = 0
 
     def pick(self, request: Request, pods: Sequence[PodMetrics]) -> Decision:
+        empty = MappingProxyType({})
+        return Decision(pod=self.choose(request, pods), totals=empty, scores=empty, match_blocks=empty, total_blocks=0)
+
+    def hash_plan(self, reported_block_size: int | None) -> None:
+        return None
+
+    def choose(self, request: Request, pods: Sequence[PodMetrics],
+               hashed: tuple[HashPlan, Sequence[Sequence[int]]] | None = None) -> str:
         if not pods:
             raise ValueError("no candidate pods: the Service has no ready endpoints")
         chosen = pods[self._next % len(pods)].name
         self._next += 1
-        empty = MappingProxyType({})
-        return Decision(pod=chosen, totals=empty, scores=empty, match_blocks=empty, total_blocks=0)
+        return chosen

@@ -32,7 +32,7 @@ from .plugins import EndpointPickerConfig, load_endpoint_picker_config
 from .parallel import run_beside
 from .options import (OptionError, add_model_options, load_stack_model, positive_int, positive_seconds,
                       weights_option)
-from .picker import (Decision, EndpointPicker, Picker, PickerConfigError, PodMetrics, Request, RoundRobinPicker,
+from .picker import (Decision, EndpointPicker, HashPlan, Picker, PickerConfigError, PodMetrics, Request, RoundRobinPicker,
                      with_default_weights)
 from .prefix import EstimateTokenizer, HFTokenizerFile, Tokenizer, TokenizerFileError
 from .simulate import (DEFAULT_BLOCK_SIZE, DEFAULT_CAPACITY_BLOCKS, DEFAULT_SCRAPE_INTERVAL, Fleet, LoadResult,
@@ -75,6 +75,13 @@ class ReplicatedPicker:
 
     def pick(self, request: Request, pods: Sequence[PodMetrics]) -> Decision:
         return self.replicas[self._rng.randrange(len(self.replicas))].pick(request, pods)
+
+    def choose(self, request: Request, pods: Sequence[PodMetrics],
+               hashed: tuple[HashPlan, Sequence[Sequence[int]]] | None = None) -> str:
+        return self.replicas[self._rng.randrange(len(self.replicas))].choose(request, pods, hashed)
+
+    def hash_plan(self, reported_block_size: int | None) -> HashPlan | None:
+        return self.replicas[0].hash_plan(reported_block_size)
 
 
 def replica_pickers(configuration: Mapping[str, int] | EndpointPickerConfig, count: int,
@@ -194,8 +201,11 @@ def run_prediction(requests: Sequence[Request], *, weights: Mapping[str, int] | 
     if capacity_blocks is None:
         raise PredictError("a replay under load needs a KV cache size: pass --capacity-blocks N")
     try:
+        # The picker's block hashes are computed once with the server's keys, before round-robin's
+        # fleet forks: the picker's fleet, the critical path, then only looks them up, and a
+        # sweep's every setting reuses them.
         prepared = (baseline.prepared if baseline is not None
-                    else prepare(requests, load.output_lens, tokenizer, block_size))
+                    else prepare(requests, load.output_lens, tokenizer, block_size, pickers[0].hash_plan(block_size)))
     except UnsupportedRequest as error:
         raise PredictError(str(error)) from None
 

@@ -12,6 +12,7 @@ Two different views of one prompt live here:
 
 from __future__ import annotations
 
+import functools
 import json
 import struct
 import sys
@@ -79,7 +80,7 @@ def picker_block_hashes(model: str, token_bytes: bytes, block_tokens: int, max_b
     """
     digest = xxhash.xxh64_intdigest
     pack = _TWO_LE64.pack
-    previous = digest(model.encode("utf-8") + cache_salt.encode("utf-8"))
+    previous = _first_hash(model, cache_salt)
     block_bytes = block_tokens * PSEUDO_TOKEN_BYTES
     end = min(len(token_bytes), max_blocks * block_bytes)
     hashes = []
@@ -87,6 +88,12 @@ def picker_block_hashes(model: str, token_bytes: bytes, block_tokens: int, max_b
         previous = digest(pack(digest(token_bytes[start:start + block_bytes]), previous))
         hashes.append(previous)
     return hashes
+
+
+@functools.lru_cache(maxsize=256)
+def _first_hash(model: str, cache_salt: str) -> int:
+    """h0 = xxh64(model ‖ cache_salt): one per model and salt, so worked out once."""
+    return xxhash.xxh64_intdigest(model.encode("utf-8") + cache_salt.encode("utf-8"))
 
 
 def character_block_hashes(model: str, data: bytes, block_tokens: int, max_blocks: int, cache_salt: str = "") -> list[int]:
@@ -97,7 +104,7 @@ def character_block_hashes(model: str, data: bytes, block_tokens: int, max_block
     block_bytes = block_tokens * PSEUDO_TOKEN_BYTES
     if block_bytes <= 0:
         return []
-    previous = xxhash.xxh64_intdigest(model.encode("utf-8") + cache_salt.encode("utf-8"))
+    previous = _first_hash(model, cache_salt)
     end = min(len(data), max_blocks * block_bytes) // block_bytes * block_bytes
     hashes = []
     for start in range(0, end, block_bytes):

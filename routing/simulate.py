@@ -19,7 +19,7 @@ from .arrivals import LoadPlan
 from .engine import Engine, EngineRequest, Published
 from .latency import EngineLimits, LatencyModel
 from .metrics import DeltaReport, PodDelta
-from .picker import DEFAULT_LRU_CAPACITY_PER_SERVER, Decision, Picker, PodMetrics, Request
+from .picker import DEFAULT_LRU_CAPACITY_PER_SERVER, Decision, HashPlan, Picker, PodMetrics, Request
 from .prefix import Tokenizer, server_block_keys, server_tokens
 
 # vLLM's default KV block size on GPUs (on CPU it is 128).
@@ -178,18 +178,22 @@ DEFAULT_SCRAPE_INTERVAL = 0.05
 
 @dataclass(frozen=True)
 class Prepared:
-    """A workload's requests tokenized once for every fleet: lengths and the server's block keys."""
+    """A workload's requests tokenized once for every fleet: lengths and the server's block
+    keys, and the picker's block hashes by `hash_plan` (None: not computed; a picker hashing
+    by another plan hashes each request as it picks it)."""
 
     requests: tuple[Request, ...]
     prompt_lens: tuple[int, ...]
     output_lens: tuple[int, ...]
     keys: tuple[tuple[int, ...], ...]
     block_size: int
+    hash_plan: HashPlan | None = None
+    picker_hashes: tuple[Sequence[Sequence[int]], ...] = ()
 
 
 def prepare(requests: Sequence[Request], output_lens: Sequence[int], tokenizer: Tokenizer,
-            block_size: int) -> Prepared:
-    lens, keys = [], []
+            block_size: int, hash_plan: HashPlan | None = None) -> Prepared:
+    lens, keys, hashes = [], [], []
     for index, request in enumerate(requests):
         sequences = server_tokens(tokenizer, request, packed=True)
         if len(sequences) != 1:
@@ -199,7 +203,9 @@ def prepare(requests: Sequence[Request], output_lens: Sequence[int], tokenizer: 
                                      "prompt")
         lens.append(len(sequences[0]))
         keys.append(tuple(server_block_keys(sequences[0], block_size)))
-    return Prepared(tuple(requests), tuple(lens), tuple(output_lens), tuple(keys), block_size)
+        if hash_plan is not None:
+            hashes.append(hash_plan.hashes(request))
+    return Prepared(tuple(requests), tuple(lens), tuple(output_lens), tuple(keys), block_size, hash_plan, tuple(hashes))
 
 
 class UnsupportedRequest(ValueError):
@@ -289,6 +295,7 @@ def simulate_under_load(prepared: Prepared, plan: LoadPlan, fleet: Fleet, *, see
     fresh_until = [float("-inf")] * len(fleet.pickers)
     arrival = fleet.latency.arrival_seconds
     reads_metrics = fleet.reads_metrics  # round-robin reads none: nothing to publish
+    hash_plan, picker_hashes = prepared.hash_plan, prepared.picker_hashes
 
     sent_at = [0.0] * count
     ttfts = [0.0] * count
@@ -327,11 +334,14 @@ def simulate_under_load(prepared: Prepared, plan: LoadPlan, fleet: Fleet, *, see
                 fresh_until[replica] = now if None in read_at else next_scrape
         else:
             seen = idle
-        decision = pickers[replica].pick(prepared.requests[index], seen)
         if index == explain:
+            decision = pickers[replica].pick(prepared.requests[index], seen)
             explained = Explained(index, replica, now, tuple(seen), decision)
+            placements[index] = decision.pod
+        else:
+            placements[index] = pickers[replica].choose(
+                prepared.requests[index], seen, (hash_plan, picker_hashes[index]) if picker_hashes else None)
         sent_at[index] = now
-        placements[index] = decision.pod
         heapq.heappush(events, (now + arrival(prepared.prompt_lens[index]), next(order), ARRIVE, index))
 
     # Sessions: a turn waits for its session's previous turn.

@@ -26,12 +26,12 @@ def blocks(*letters: str) -> str:
     return "".join(letter * BLOCK_CHARS for letter in letters)
 
 
-def prefix_picker(**producer_parameters) -> EndpointPicker:
+def prefix_picker(seed: int = 0, **producer_parameters) -> EndpointPicker:
     """A picker with only the prefix scorer, its producer tuned with `producer_parameters`."""
     return EndpointPicker(load_endpoint_picker_config({
         "apiVersion": "llm-d.ai/v1alpha1", "kind": "EndpointPickerConfig",
         "plugins": [{"type": "approx-prefix-cache-producer", "parameters": producer_parameters},
-                    {"type": "prefix-cache-scorer"}]}), seed=0)
+                    {"type": "prefix-cache-scorer"}]}), seed=seed)
 
 
 def scores_of(weights, pods, prompt="hello") -> dict:
@@ -123,6 +123,36 @@ def test_prefix_block_size_comes_from_the_first_candidate_when_pods_disagree():
     pods = [PodMetrics("a", block_size=128), PodMetrics("b", block_size=16)]
     assert picker.pick(request(prompt), pods).total_blocks == 3
     assert picker.pick(request(prompt), list(reversed(pods))).total_blocks == 6
+
+
+def test_choose_picks_what_pick_picks_with_the_same_effect_on_later_picks():
+    # Shared and unique prefixes onto three pods: prefix matches and no-hit-LRU's memory both
+    # carry from pick to pick, so a choose that recorded less than pick would drift apart.
+    prompts = [blocks(tenant, "q", str(n % 10)) for n in range(40) for tenant in "abcd"[n % 4]]
+    pods = idle("p0", "p1", "p2", block_size=16)
+    by_pick, by_choose = EndpointPicker({"prefix": 3, "queue": 2}, seed=5), EndpointPicker({"prefix": 3, "queue": 2}, seed=5)
+    plan = by_choose.hash_plan(16)
+    picked = [by_pick.pick(request(prompt), pods).pod for prompt in prompts]
+    chosen = [by_choose.choose(request(prompt), pods, (plan, plan.hashes(request(prompt)))) for prompt in prompts]
+    assert chosen == picked
+    assert len(set(picked)) == 3
+
+
+def test_precomputed_hashes_are_used_only_by_the_plan_they_were_made_with():
+    # Handed another prompt's hashes, a picker that uses them shows it in its pick: warm's
+    # blocks are on p0, cold's on no pod, so using warm's sends cold to p0 every time, and
+    # hashing cold itself leaves a tie that seeds break both ways.
+    warm, cold = request(blocks("a", "b")), request(blocks("z", "y"))
+    pods = idle("p0", "p1", block_size=16)
+    plan_of_64 = prefix_picker(autoTune=False, blockSizeTokens=64).hash_plan(16)
+    handed = (plan_of_64, plan_of_64.hashes(warm))
+    for block_size_tokens, used in ((64, True), (128, False)):
+        picks = set()
+        for seed in range(20):
+            picker = prefix_picker(seed, autoTune=False, blockSizeTokens=block_size_tokens)
+            picker.choose(warm, pods[:1])
+            picks.add(picker.choose(cold, pods, handed))
+        assert (picks == {"p0"}) is used, (block_size_tokens, picks)
 
 
 def test_prefix_max_prefix_tokens_caps_the_hashed_blocks():

@@ -385,6 +385,20 @@ def test_a_weight_change_needs_a_clock(tmp_path):
 
 # -- what the server computes: server_tokens ------------------------------------------------------
 
+def test_a_fleet_picks_the_same_with_the_picker_hashes_prepared_beforehand():
+    requests = [Request("m", f"tenant {n % 3} " * 60 + f"question {n}") for n in range(60)]
+    plan = LoadPlan((None,) * 60, send_at=tuple(n * 0.01 for n in range(60)))
+    results = []
+    weights = {"queue": 2, "kvCache": 2, "prefix": 3}
+    for hash_plan in (None, EndpointPicker(weights, seed=0).hash_plan(16)):
+        prepared = prepare(requests, [4] * 60, EstimateTokenizer(), 16, hash_plan)
+        assert len(prepared.picker_hashes) == (0 if hash_plan is None else 60)
+        fleet = Fleet(("pod-0", "pod-1", "pod-2"), (EndpointPicker(weights, seed=1),), 1000, LIMITS, LATENCY, 0.01)
+        results.append(simulate_under_load(prepared, plan, fleet, seed=1))
+    assert results[1].placements == results[0].placements
+    assert results[1].hit_tokens == results[0].hit_tokens and len(set(results[0].placements)) == 3
+
+
 def test_a_batch_completion_is_one_request_per_prompt_serially_and_refused_under_load():
     batch = [{"model": "m", "prompt": ["first prompt " * 20, "second prompt " * 20], "max_tokens": 4}]
     serial = run_prediction(to_requests(batch), replicas=2, seed=1)
