@@ -1,6 +1,6 @@
 """Predicted against measured under load, on two real vLLM CPU servers behind `serve`.
 
-    .venv/bin/python -m benchmarks.bench_under_load [--runs 3] [--seeds 5] [--vllm-python PATH]
+    .venv/bin/python -m benchmarks.bench_under_load [--runs 3] [--seeds 20] [--vllm-python PATH]
 
 Starts two servers of a tiny model built here (wider than the demo's, so that prefill costs
 more than the two servers' contention for two cores), with a small KV cache (80 blocks of
@@ -34,7 +34,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--work-dir", type=Path, default=REPO_ROOT / "build" / "under-load",
                         help="where the tiny model and the server logs go")
     parser.add_argument("--runs", type=int, default=3, help="measured runs per workload and setting (default 3)")
-    parser.add_argument("--seeds", type=int, default=5, help="predicted runs (seeds) per workload and setting")
+    parser.add_argument("--seeds", type=int, default=20, help="predicted runs (seeds) per workload and setting")
     parser.add_argument("--only", action="append", help="run only this workload (repeatable)")
     parser.add_argument("--calibrate-once", action="store_true",
                         help="calibrate once at the start instead of before each workload")

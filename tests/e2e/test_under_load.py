@@ -26,9 +26,11 @@ from routing.vllm_server import vllm_pair
 # prefix=0 and round-robin, placement follows load, so the order requests finish in moves
 # single runs by several points. Multi-turn chat under prefix=0 moves most: 44.5-57.4% over
 # 25 benchmark and test runs, mostly below 50%, against 45% predicted, so it gets 15 points.
-# Round-robin on multi-turn chat depends on the order turns finish in: on a quiet machine the
-# six chats come round in turn and each keeps to its pod, as predicted (68.9%); when something
-# else loads the machine, turns finish out of turn, chats change pods and it measured 53.1%.
+# Round-robin on multi-turn chat depends on the order near-simultaneous sends reach `serve`:
+# a run lands on one of a few values (48.1-68.9% over 38 runs, 61.7% in 21), and so does
+# each predicted seed, which sends requests released together in a random order. Three
+# seeds' mean against one run can differ by 15 points either way, so it is not asserted; the
+# benchmark compares 20 seeds with three runs.
 PREFIX_SCORED_TOLERANCE = 0.05
 LOAD_PLACED_TOLERANCE = 0.10
 WIDEST_RUN_TO_RUN = {("multi-turn chat", "prefix=0,queue=3,kvCache=2"): 0.15}

@@ -15,7 +15,7 @@ from routing.arrivals import Arrival, LoadPlan, load_arrivals, plan_load
 from routing.calibrate import (REQUESTS_PER_PHASE, CalibrateError, PhaseShape, calibrate, fit, histogram_totals,
                                replay_phase)
 from routing.latency import EngineLimits, LatencyModel, LatencyProfile, ProfileError, percentile
-from routing.picker import EndpointPicker, Request
+from routing.picker import EndpointPicker, Request, RoundRobinPicker
 from routing.predict import Load, run_prediction
 from routing.prefix import EstimateTokenizer
 from routing.simulate import Fleet, prepare, simulate_under_load
@@ -384,6 +384,34 @@ def test_a_weight_change_needs_a_clock(tmp_path):
 
 
 # -- what the server computes: server_tokens ------------------------------------------------------
+
+def round_robin_replay(prompts, plan, seed, sessions=None):
+    requests = [Request("m", p) for p in prompts]
+    prepared = prepare(requests, [4] * len(requests), EstimateTokenizer(), 16)
+    fleet = Fleet(("pod-0", "pod-1"), (RoundRobinPicker(),), 1000, LIMITS, LATENCY, reads_metrics=False)
+    return simulate_under_load(prepared, plan, fleet, seed=seed)
+
+
+def test_requests_a_closed_loop_sends_at_once_reach_the_picker_in_an_order_of_their_own():
+    # Four clients start together: round-robin hands out pods in the order the sends reach
+    # it, which the workload's order does not set. A seed repeats its order.
+    prompts = [f"prompt {n} " * 30 for n in range(4)]
+    plan = LoadPlan((None,) * 4, concurrency=4)
+    placements = {round_robin_replay(prompts, plan, seed).placements for seed in range(20)}
+    assert len(placements) > 1
+    assert ("pod-0", "pod-1", "pod-0", "pod-1") in placements
+    assert round_robin_replay(prompts, plan, 3).placements == round_robin_replay(prompts, plan, 3).placements
+
+
+def test_a_timed_burst_is_sent_in_any_order_but_a_sessions_turns_in_theirs():
+    prompts = [f"prompt {n} " * 30 for n in range(4)]
+    plan = LoadPlan(("chat", None, "chat", None), send_at=(0.0, 0.0, 0.0, 0.0))
+    results = [round_robin_replay(prompts, plan, seed) for seed in range(20)]
+    assert len({result.placements for result in results}) > 1
+    for result in results:
+        # The chat's second turn waits for its first, whatever order the burst took.
+        assert result.sent_at[0] == 0.0 and result.sent_at[2] >= result.finished_at[0] > 0.0
+
 
 def test_a_fleet_picks_the_same_with_the_picker_hashes_prepared_beforehand():
     requests = [Request("m", f"tenant {n % 3} " * 60 + f"question {n}") for n in range(60)]
