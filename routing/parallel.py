@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import pickle
 import threading
 from typing import Callable, TypeVar
 
@@ -48,7 +49,7 @@ def run_beside(here: Callable[[], Here], beside: Callable[[], Beside], *, parall
         child.join()
         raise
     try:
-        succeeded, value = receiver.recv()
+        succeeded, value = pickle.loads(receiver.recv_bytes())
     except EOFError:
         child.join()
         raise RuntimeError(f"the forked child computing beside this process exited (code {child.exitcode}) "
@@ -67,7 +68,13 @@ def _send_result(compute: Callable[[], object], sender) -> None:
     except Exception as error:  # re-raised by the parent, which reports it
         outcome = (False, error)
     try:
-        sender.send(outcome)
-    except Exception as error:  # a result or an error that does not pickle: pickling comes before sending
-        sender.send((False, RuntimeError(f"the forked child's outcome could not be sent back: {error!r}")))
+        payload = pickle.dumps(outcome)
+        if not outcome[0]:
+            # An error whose class cannot be rebuilt from its pickled args (an __init__ with
+            # other parameters) pickles, then fails to load: here, not in the parent's recv.
+            pickle.loads(payload)
+    except Exception as error:  # a result or an error that does not travel: checked before sending
+        detail = f"{outcome[1]!r} ({error!r})" if not outcome[0] else repr(error)
+        payload = pickle.dumps((False, RuntimeError(f"the forked child's outcome could not be sent back: {detail}")))
+    sender.send_bytes(payload)
     sender.close()

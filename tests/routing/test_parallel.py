@@ -58,6 +58,23 @@ def test_a_result_that_cannot_travel_back_is_an_error_that_says_so():
         run_beside(lambda: None, lambda: (lambda: "a closure does not pickle"), parallel=True)
 
 
+class ErrorWithTwoArguments(Exception):
+    """Pickles as (message,), so loading it calls __init__ with one argument and fails."""
+
+    def __init__(self, pod: str, reason: str):
+        super().__init__(f"{pod}: {reason}")
+
+
+def fail_with_two_arguments():
+    raise ErrorWithTwoArguments("pod-0", "gone")
+
+
+@needs_fork
+def test_an_error_that_cannot_be_rebuilt_here_still_comes_back_with_its_message():
+    with pytest.raises(RuntimeError, match="could not be sent back: ErrorWithTwoArguments\\('pod-0: gone'\\)"):
+        run_beside(lambda: None, fail_with_two_arguments, parallel=True)
+
+
 def test_no_fork_beside_another_thread():
     # A fork copies only the calling thread: with another one running, both run here.
     stop = threading.Event()
