@@ -93,6 +93,7 @@ def test_the_inference_addon_gets_its_whole_documented_configuration():
         "executionRoleArn": role("execution"),
         "tlsCertificateS3Bucket": "inference-addon-tls-bucket-0123",
         "hyperpodClusterArn": HYPERPOD_ARN,
+        "inferenceOperator": {"enabled": True},
         "inferenceGateway": {"enabled": True, "serviceAccount": {"roleArn": role("gateway-controller")}},
         "alb": {"enabled": True, "serviceAccount": {"create": True, "roleArn": role("load-balancer-controller")}},
         "keda": {"enabled": False},

@@ -7,6 +7,8 @@ import pulumi
 import pulumi_aws as aws
 
 from components.iam import render as iam
+from components.iam.render import ServiceAccountRole
+from components.iam.role import service_account_role
 from components.storage import PrivateBucket
 from settings import GatewaySettings
 
@@ -93,17 +95,10 @@ class InferenceAddon(pulumi.ComponentResource):
         self.register_outputs({"addon": self.addon.addon_name, "roles": self.role_arns,
                                "tlsBucket": self.tls_bucket.name})
 
-    def _role(self, name: str, role: render.ServiceAccountRole, *, name_prefix: str | None = None,
+    def _role(self, name: str, role: ServiceAccountRole, *, name_prefix: str | None = None,
               inline: pulumi.Input[str] | None = None) -> tuple[aws.iam.Role, list[pulumi.Resource]]:
-        trust = pulumi.Output.all(*self._oidc).apply(lambda args: render.trust_policy(role, *args))
-        created = aws.iam.Role(f"{name}-role", name_prefix=name_prefix, assume_role_policy=trust, opts=self._child)
-        attached: list[pulumi.Resource] = []
-        if role.managed_policy is not None:
-            attached.append(aws.iam.RolePolicyAttachment(
-                f"{name}-managed", role=created.name,
-                policy_arn=self._partition.apply(lambda p: iam.managed_policy_arn(p, role.managed_policy)),
-                opts=self._child))
-        if inline is not None:
-            attached.append(aws.iam.RolePolicy(f"{name}-policy", role=created.id, policy=inline, opts=self._child))
+        created, attached = service_account_role(
+            name, role, oidc_provider_arn=self._oidc[0], oidc_issuer_url=self._oidc[1], partition=self._partition,
+            opts=self._child, name_prefix=name_prefix, inline=inline)
         self.role_arns[role.service_account] = created.arn
         return created, attached

@@ -8,9 +8,9 @@ dependencies §3.4) and the corrections in inference-gateway-config.md.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 
 from components.iam import render as iam
+from components.iam.render import ServiceAccountRole
 from settings import GATEWAY_SYSTEM_NAMESPACE, GatewaySettings
 
 ADDON_NAME = "amazon-sagemaker-hyperpod-inference"
@@ -21,19 +21,6 @@ ADDON_TIMEOUT = "40m"
 EXECUTION_ROLE_PREFIX = "SageMakerHyperPodInference-"
 
 KUBE_SYSTEM = "kube-system"
-
-
-@dataclass(frozen=True)
-class ServiceAccountRole:
-    """An IRSA role: which service account may assume it, and which managed policy it gets."""
-
-    namespace: str
-    service_account: str
-    managed_policy: str | None = None
-    # StringLike on the subject: the gated-model role serves every inference service account.
-    wildcard: bool = False
-    # AWS's templates let SageMaker assume these roles as well.
-    also_sagemaker: bool = False
 
 
 EXECUTION = ServiceAccountRole(GATEWAY_SYSTEM_NAMESPACE, "hyperpod-inference-controller-manager",
@@ -50,15 +37,6 @@ FSX_CSI = ServiceAccountRole(KUBE_SYSTEM, "fsx-csi-controller-sa", "AmazonFSxFul
 
 # Which role each dependency add-on's service account gets (metrics-server and cert-manager need none).
 DEPENDENCY_ROLES = {"aws-mountpoint-s3-csi-driver": S3_CSI, "aws-fsx-csi-driver": FSX_CSI}
-
-
-def trust_policy(role: ServiceAccountRole, oidc_provider_arn: str, oidc_issuer_url: str) -> str:
-    subject = iam.service_account_subject(role.namespace, role.service_account)
-    statements = [iam.service_account_trust_statement(oidc_provider_arn, oidc_issuer_url, subject,
-                                                      wildcard=role.wildcard)]
-    if role.also_sagemaker:
-        statements.insert(0, iam.service_trust_statement(iam.SAGEMAKER_SERVICE))
-    return iam.policy(*statements)
 
 
 def role_name(role_arn: str) -> str:
@@ -95,6 +73,10 @@ def configuration_values(settings: GatewaySettings, *, execution_role_arn: str, 
         "executionRoleArn": execution_role_arn,
         "tlsCertificateS3Bucket": tls_bucket,
         "hyperpodClusterArn": hyperpod_cluster_arn,
+        # As AWS's Inference Gateway guide installs it: the gateway is not on by default in
+        # every add-on version, and the operator it routes to is named too (the whole
+        # configuration replaces the last one, so nothing rests on a default that may change).
+        "inferenceOperator": {"enabled": True},
         "inferenceGateway": {"enabled": True, "serviceAccount": {"roleArn": controller_role_arn}},
         "alb": ({"enabled": True, "serviceAccount": {"create": True, "roleArn": load_balancer_role_arn}}
                 if settings.load_balancer_controller else {"enabled": False}),

@@ -8,6 +8,8 @@ import pulumi_aws as aws
 import pulumi_kubernetes as k8s
 
 from components.iam import render as iam
+from components.iam.render import ServiceAccountRole
+from components.iam.role import service_account_role
 from settings import Settings
 
 from . import render
@@ -60,15 +62,12 @@ class GatewayApiDataPlane(pulumi.ComponentResource):
 
     def _load_balancer_controller(self, name: str, *, cluster_name, region, vpc_id, oidc_provider_arn, oidc_issuer_url,
                                   k8s_provider, depends_on) -> k8s.helm.v4.Chart:
-        child = pulumi.ResourceOptions(parent=self)
-        subject = iam.service_account_subject(render.LOAD_BALANCER_CONTROLLER_NAMESPACE,
-                                              render.LOAD_BALANCER_CONTROLLER_SERVICE_ACCOUNT)
-        trust = pulumi.Output.all(oidc_provider_arn, oidc_issuer_url).apply(
-            lambda args: iam.policy(iam.service_account_trust_statement(args[0], args[1], subject)))
-        role = aws.iam.Role(f"{name}-load-balancer-controller-role", assume_role_policy=trust, opts=child)
-        policy = aws.iam.RolePolicy(
-            f"{name}-load-balancer-controller-policy", role=role.id,
-            policy=aws.get_partition_output().partition.apply(iam.load_balancer_controller_policy), opts=child)
+        partition = aws.get_partition_output().partition
+        role, policies = service_account_role(
+            f"{name}-load-balancer-controller",
+            ServiceAccountRole(render.LOAD_BALANCER_CONTROLLER_NAMESPACE, render.LOAD_BALANCER_CONTROLLER_SERVICE_ACCOUNT),
+            oidc_provider_arn=oidc_provider_arn, oidc_issuer_url=oidc_issuer_url, partition=partition,
+            opts=pulumi.ResourceOptions(parent=self), inline=partition.apply(iam.load_balancer_controller_policy))
         values = pulumi.Output.all(cluster_name, vpc_id, role.arn).apply(
             lambda args: render.load_balancer_controller_values(cluster_name=args[0], region=region, vpc_id=args[1],
                                                                 role_arn=args[2]))
@@ -77,4 +76,4 @@ class GatewayApiDataPlane(pulumi.ComponentResource):
             name=render.LOAD_BALANCER_CONTROLLER_CHART, version=render.LOAD_BALANCER_CONTROLLER_VERSION,
             namespace=render.LOAD_BALANCER_CONTROLLER_NAMESPACE,
             repository_opts=k8s.helm.v4.RepositoryOptsArgs(repo=render.LOAD_BALANCER_CONTROLLER_REPO), values=values,
-            opts=pulumi.ResourceOptions(parent=self, provider=k8s_provider, depends_on=[*depends_on, policy]))
+            opts=pulumi.ResourceOptions(parent=self, provider=k8s_provider, depends_on=[*depends_on, *policies]))

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 
 SAGEMAKER_SERVICE = "sagemaker.amazonaws.com"
@@ -38,6 +39,28 @@ def service_account_trust_statement(oidc_provider_arn: str, oidc_issuer_url: str
         conditions["StringEquals"][f"{issuer}:sub"] = subject
     return {"Effect": "Allow", "Principal": {"Federated": oidc_provider_arn},
             "Action": "sts:AssumeRoleWithWebIdentity", "Condition": conditions}
+
+
+@dataclass(frozen=True)
+class ServiceAccountRole:
+    """An IRSA role: which service account may assume it, and which managed policy it gets."""
+
+    namespace: str
+    service_account: str
+    managed_policy: str | None = None
+    # StringLike on the subject: the gated-model role serves every inference service account.
+    wildcard: bool = False
+    # AWS's templates let SageMaker assume these roles as well.
+    also_sagemaker: bool = False
+
+
+def trust_policy(role: ServiceAccountRole, oidc_provider_arn: str, oidc_issuer_url: str) -> str:
+    subject = service_account_subject(role.namespace, role.service_account)
+    statements = [service_account_trust_statement(oidc_provider_arn, oidc_issuer_url, subject,
+                                                  wildcard=role.wildcard)]
+    if role.also_sagemaker:
+        statements.insert(0, service_trust_statement(SAGEMAKER_SERVICE))
+    return policy(*statements)
 
 
 def policy(*statements: dict) -> str:
