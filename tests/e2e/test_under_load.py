@@ -27,7 +27,7 @@ from routing.vllm_server import vllm_pair
 # single runs by several points. Multi-turn chat under prefix=0 moves most: 44.5-57.4% over
 # 25 benchmark and test runs, mostly below 50%, against 45% predicted, so it gets 15 points.
 # Round-robin on multi-turn chat depends on the order near-simultaneous sends reach `serve`:
-# a run lands on one of a few values (48.1-68.9% over 38 runs, 61.7% in 21), and so does
+# a run lands on one of a few values (48.1-68.9% over 51 runs, 61.7% in 25), and so does
 # each predicted seed, which sends requests released together in a random order. Three
 # seeds' mean against one run can differ by 15 points either way, so it is not asserted; the
 # benchmark compares 20 seeds with three runs.
