@@ -360,7 +360,7 @@ def simulate_under_load(prepared: Prepared, plan: LoadPlan, fleet: Fleet, *, see
     # order of their own (a stream apart from the run's, so runs without such ties draw what
     # they always drew). Sending them in workload order made round-robin keep every chat of
     # the benchmark's multi-turn workload on its pod (68.9% predicted in every seed, against
-    # 48.1-68.9% measured, 61.7% in 25 of 51 runs).
+    # 48.1-68.9% measured, 61.7% in 25 of 52 runs).
     send_order = random.Random(None if seed is None else f"{seed}/sends at one instant")
     freed: list[int] = []  # open loop: deferred turns freed by the step that just ended
 

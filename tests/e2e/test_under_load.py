@@ -27,10 +27,10 @@ from routing.vllm_server import vllm_pair
 # single runs by several points. Multi-turn chat under prefix=0 moves most: 44.5-57.4% over
 # 25 benchmark and test runs, mostly below 50%, against 45% predicted, so it gets 15 points.
 # Round-robin on multi-turn chat depends on the order near-simultaneous sends reach `serve`:
-# a run lands on one of a few values (48.1-68.9% over 51 runs, 61.7% in 25), and so does
+# a run lands on one of a few values (48.1-68.9% over 52 runs, 61.7% in 25), and so does
 # each predicted seed, which sends requests released together in a random order. Three
-# seeds' mean against one run can differ by 15 points either way, so it is not asserted; the
-# benchmark compares 20 seeds with three runs.
+# seeds' mean against one run can differ by 18 points either way (68.9% measured against
+# 53.4% predicted once), so it is not asserted; the benchmark compares 20 seeds with three runs.
 PREFIX_SCORED_TOLERANCE = 0.05
 LOAD_PLACED_TOLERANCE = 0.10
 WIDEST_RUN_TO_RUN = {("multi-turn chat", "prefix=0,queue=3,kvCache=2"): 0.15}
