@@ -9,8 +9,10 @@ round-robin), predicted over three seeds. What is asserted is what held run afte
 the benchmark (benchmarks/bench_under_load.py; the README has its table) and in the test's
 own runs: every request succeeds, default weights give the best hit rate on both sides,
 predicted hit rates are close to measured ones (within 5 points with default weights, 10
-with the load-placed settings, 15 for multi-turn chat under prefix=0), round-robin splits evenly. Latency is reported, not asserted: on a
-shared two-core machine it moves with whatever else runs.
+with the load-placed settings, 15 for multi-turn chat under prefix=0), round-robin splits
+evenly, and each measured share lies within 10 points of the shares the predicted seeds
+reach. Latency is reported, not asserted: on a shared two-core machine it moves with
+whatever else runs.
 """
 
 from __future__ import annotations
@@ -73,9 +75,17 @@ def test_predicted_hit_rates_are_close_to_the_measured_ones(rows):
         assert abs(predicted - measured) <= tolerance, (row.experiment, row.setting, measured, predicted)
 
 
+# A split of whole tenants or chats moves in steps: four tenants on two pods are 50% or 75%
+# on the busier one, so one run is compared with the shares the predicted seeds reach, not
+# with their mean (a run measured 75% where three seeds gave 50, 50 and 75%, a mean of 58%).
+SHARE_TOLERANCE = 0.10
+
+
 def test_round_robin_splits_evenly_and_prefix_scoring_keeps_tenants_together(rows):
     for row in rows:
         measured, predicted = row.figure("busiest_share")
         if row.setting == "round-robin":
             assert measured == predicted == 0.5
-        assert abs(measured - predicted) <= 0.15, (row.experiment, row.setting, measured, predicted)
+        shares = [run.busiest_share for run in row.predicted]
+        assert min(shares) - SHARE_TOLERANCE <= measured <= max(shares) + SHARE_TOLERANCE, (
+            row.experiment, row.setting, measured, shares)
