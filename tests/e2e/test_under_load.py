@@ -77,7 +77,7 @@ def test_predicted_hit_rates_are_close_to_the_measured_ones(rows):
 
 # A split of whole tenants or chats moves in steps: four tenants on two pods are 50% or 75%
 # on the busier one, so one run is compared with the shares the predicted seeds reach, not
-# with their mean (a run measured 75% where three seeds gave 50, 50 and 75%, a mean of 58%).
+# with their mean (a run measured 75% where three seeds' shares averaged 58%).
 SHARE_TOLERANCE = 0.10
 
 
