@@ -203,7 +203,7 @@ class Picker(Protocol):
     # Decision: simulated fleets need only the pod, and building a Decision is a tenth of a
     # pick. `hashed`: the request's prefix hashes computed beforehand, with their HashPlan.
     def choose(self, request: Request, pods: Sequence[PodMetrics],
-               hashed: tuple[HashPlan, Sequence[Sequence[int]]] | None = None) -> str: ...
+               hashed: Hashed | None = None) -> str: ...
 
     # How the picker would hash requests for pods of this block size (None: it does not).
     def hash_plan(self, reported_block_size: int | None) -> HashPlan | None: ...
@@ -318,6 +318,10 @@ class HashPlan(NamedTuple):
         return [hashes for hashes in streams if hashes]
 
 
+# A request's block hashes computed beforehand, with the plan they were computed by.
+Hashed = tuple[HashPlan, Sequence[Sequence[int]]]
+
+
 @dataclass(frozen=True)
 class _MatchInfo:
     """One prefix producer's view of one request (LDR attribute/prefix PrefixCacheMatchInfo):
@@ -381,7 +385,7 @@ class _PrefixProducer:
         return HashPlan(self.characters, block_tokens, self._max_blocks(block_tokens))
 
     def match(self, request: Request, pods: Sequence[PodMetrics], names: Sequence[str],
-              hashed: tuple[HashPlan, Sequence[Sequence[int]]] | None = None) -> _MatchInfo:
+              hashed: Hashed | None = None) -> _MatchInfo:
         """`names` are the pods' names, in order; `hashed`, the request's hashes computed
         beforehand and the plan they were computed with (used only if it is this pick's)."""
         plan = self.hash_plan(pods[0].block_size)
@@ -628,7 +632,7 @@ class EndpointPicker:
                         total_blocks=first.total_blocks if first else 0, weights=self.weights)
 
     def choose(self, request: Request, pods: Sequence[PodMetrics],
-               hashed: tuple[HashPlan, Sequence[Sequence[int]]] | None = None) -> str:
+               hashed: Hashed | None = None) -> str:
         return self._pick(request, pods, hashed)[0]
 
     def hash_plan(self, reported_block_size: int | None) -> HashPlan | None:
@@ -638,7 +642,7 @@ class EndpointPicker:
         return None if producer is None else producer.hash_plan(reported_block_size)
 
     def _pick(self, request: Request, pods: Sequence[PodMetrics],
-              hashed: tuple[HashPlan, Sequence[Sequence[int]]] | None = None
+              hashed: Hashed | None = None
               ) -> tuple[str, dict[str, float], dict[str, dict[str, float]], dict[str, _MatchInfo]]:
         """The pick and what it was made from: the chosen pod, totals, scores per scorer and
         each producer's match info. `hashed`: the request's block hashes and the plan they
@@ -767,7 +771,7 @@ class RoundRobinPicker:
         return None
 
     def choose(self, request: Request, pods: Sequence[PodMetrics],
-               hashed: tuple[HashPlan, Sequence[Sequence[int]]] | None = None) -> str:
+               hashed: Hashed | None = None) -> str:
         if not pods:
             raise ValueError("no candidate pods: the Service has no ready endpoints")
         chosen = pods[self._next % len(pods)].name

@@ -32,8 +32,8 @@ from .plugins import EndpointPickerConfig, load_endpoint_picker_config
 from .parallel import run_beside
 from .options import (OptionError, add_model_options, load_stack_model, positive_int, positive_seconds,
                       weights_option)
-from .picker import (Decision, EndpointPicker, HashPlan, Picker, PickerConfigError, PodMetrics, Request, RoundRobinPicker,
-                     with_default_weights)
+from .picker import (Decision, EndpointPicker, HashPlan, Hashed, Picker, PickerConfigError, PodMetrics, Request,
+                     RoundRobinPicker, with_default_weights)
 from .prefix import EstimateTokenizer, HFTokenizerFile, Tokenizer, TokenizerFileError
 from .simulate import (DEFAULT_BLOCK_SIZE, DEFAULT_CAPACITY_BLOCKS, DEFAULT_SCRAPE_INTERVAL, Fleet, LoadResult,
                        Prepared, SimulatedServer, SimulationResult, UnsupportedRequest, prepare,
@@ -77,7 +77,7 @@ class ReplicatedPicker:
         return self.replicas[self._rng.randrange(len(self.replicas))].pick(request, pods)
 
     def choose(self, request: Request, pods: Sequence[PodMetrics],
-               hashed: tuple[HashPlan, Sequence[Sequence[int]]] | None = None) -> str:
+               hashed: Hashed | None = None) -> str:
         return self.replicas[self._rng.randrange(len(self.replicas))].choose(request, pods, hashed)
 
     def hash_plan(self, reported_block_size: int | None) -> HashPlan | None:

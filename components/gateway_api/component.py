@@ -8,7 +8,6 @@ import pulumi_aws as aws
 import pulumi_kubernetes as k8s
 
 from components.iam import render as iam
-from components.iam.render import ServiceAccountRole
 from components.iam.role import service_account_role
 from settings import Settings
 
@@ -64,8 +63,7 @@ class GatewayApiDataPlane(pulumi.ComponentResource):
                                   k8s_provider, depends_on) -> k8s.helm.v4.Chart:
         partition = aws.get_partition_output().partition
         role, policies = service_account_role(
-            f"{name}-load-balancer-controller",
-            ServiceAccountRole(render.LOAD_BALANCER_CONTROLLER_NAMESPACE, render.LOAD_BALANCER_CONTROLLER_SERVICE_ACCOUNT),
+            f"{name}-load-balancer-controller", render.LOAD_BALANCER_CONTROLLER_ROLE,
             oidc_provider_arn=oidc_provider_arn, oidc_issuer_url=oidc_issuer_url, partition=partition,
             opts=pulumi.ResourceOptions(parent=self), inline=partition.apply(iam.load_balancer_controller_policy))
         values = pulumi.Output.all(cluster_name, vpc_id, role.arn).apply(

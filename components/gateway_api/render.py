@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from components.iam.render import ServiceAccountRole
 from settings import Settings
 
 # Gateway API v1.5.1, standard channel: the version Istio's conformance run used.
@@ -31,6 +32,8 @@ LOAD_BALANCER_CONTROLLER_CHART = "aws-load-balancer-controller"
 LOAD_BALANCER_CONTROLLER_VERSION = "3.5.0"
 LOAD_BALANCER_CONTROLLER_NAMESPACE = "kube-system"
 LOAD_BALANCER_CONTROLLER_SERVICE_ACCOUNT = "aws-load-balancer-controller"
+LOAD_BALANCER_CONTROLLER_ROLE = ServiceAccountRole(LOAD_BALANCER_CONTROLLER_NAMESPACE,
+                                                   LOAD_BALANCER_CONTROLLER_SERVICE_ACCOUNT)
 
 # Body-based routing (the request's `model` into X-Gateway-Model-Name) from GIE v1.5.0, its last
 # release: BBR moved to llm-d's payload processor, which has published no release to pin.

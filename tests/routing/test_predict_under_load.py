@@ -31,11 +31,13 @@ def body(prompt: str, max_tokens: int = 4) -> dict:
     return {"model": "m", "prompt": prompt, "max_tokens": max_tokens}
 
 
-def replay(prompts, plan, *, weights=KV_ONLY, interval=0.05, seed=0, pods=2, output=4, explain=None):
+def replay(prompts, plan, *, weights=KV_ONLY, interval=0.05, seed=0, pods=2, output=4, explain=None,
+           round_robin=False):
     requests = [Request("m", p) for p in prompts]
     prepared = prepare(requests, [output] * len(requests), EstimateTokenizer(), 16)
-    fleet = Fleet(tuple(f"pod-{i}" for i in range(pods)), (EndpointPicker(weights, seed=seed),), 1000, LIMITS,
-                  LATENCY, interval)
+    picker = RoundRobinPicker() if round_robin else EndpointPicker(weights, seed=seed)
+    fleet = Fleet(tuple(f"pod-{i}" for i in range(pods)), (picker,), 1000, LIMITS, LATENCY, interval,
+                  reads_metrics=not round_robin)
     return simulate_under_load(prepared, plan, fleet, seed=seed, explain=explain)
 
 
@@ -383,35 +385,31 @@ def test_a_weight_change_needs_a_clock(tmp_path):
         plan_load(arrivals, weight_changes=load_weight_changes(str(path)))
 
 
-# -- what the server computes: server_tokens ------------------------------------------------------
-
-def round_robin_replay(prompts, plan, seed, sessions=None):
-    requests = [Request("m", p) for p in prompts]
-    prepared = prepare(requests, [4] * len(requests), EstimateTokenizer(), 16)
-    fleet = Fleet(("pod-0", "pod-1"), (RoundRobinPicker(),), 1000, LIMITS, LATENCY, reads_metrics=False)
-    return simulate_under_load(prepared, plan, fleet, seed=seed)
-
+# -- requests sent at one instant -----------------------------------------------------------------
 
 def test_requests_a_closed_loop_sends_at_once_reach_the_picker_in_an_order_of_their_own():
     # Four clients start together: round-robin hands out pods in the order the sends reach
     # it, which the workload's order does not set. A seed repeats its order.
     prompts = [f"prompt {n} " * 30 for n in range(4)]
     plan = LoadPlan((None,) * 4, concurrency=4)
-    placements = {round_robin_replay(prompts, plan, seed).placements for seed in range(20)}
+    placements = {replay(prompts, plan, seed=seed, round_robin=True).placements for seed in range(20)}
     assert len(placements) > 1
     assert ("pod-0", "pod-1", "pod-0", "pod-1") in placements
-    assert round_robin_replay(prompts, plan, 3).placements == round_robin_replay(prompts, plan, 3).placements
+    once, again = (replay(prompts, plan, seed=3, round_robin=True) for _ in range(2))
+    assert once.placements == again.placements
 
 
 def test_a_timed_burst_is_sent_in_any_order_but_a_sessions_turns_in_theirs():
     prompts = [f"prompt {n} " * 30 for n in range(4)]
     plan = LoadPlan(("chat", None, "chat", None), send_at=(0.0, 0.0, 0.0, 0.0))
-    results = [round_robin_replay(prompts, plan, seed) for seed in range(20)]
+    results = [replay(prompts, plan, seed=seed, round_robin=True) for seed in range(20)]
     assert len({result.placements for result in results}) > 1
     for result in results:
         # The chat's second turn waits for its first, whatever order the burst took.
         assert result.sent_at[0] == 0.0 and result.sent_at[2] >= result.finished_at[0] > 0.0
 
+
+# -- the picker's hashes, computed beforehand -------------------------------------------------------
 
 def test_a_fleet_picks_the_same_with_the_picker_hashes_prepared_beforehand():
     requests = [Request("m", f"tenant {n % 3} " * 60 + f"question {n}") for n in range(60)]
@@ -426,6 +424,8 @@ def test_a_fleet_picks_the_same_with_the_picker_hashes_prepared_beforehand():
     assert results[1].placements == results[0].placements
     assert results[1].hit_tokens == results[0].hit_tokens and len(set(results[0].placements)) == 3
 
+
+# -- what the server computes: server_tokens ------------------------------------------------------
 
 def test_a_batch_completion_is_one_request_per_prompt_serially_and_refused_under_load():
     batch = [{"model": "m", "prompt": ["first prompt " * 20, "second prompt " * 20], "max_tokens": 4}]
