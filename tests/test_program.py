@@ -183,6 +183,21 @@ def test_each_role_trusts_exactly_the_principal_aws_documents(role, statements):
     assert trust == {"Version": "2012-10-17", "Statement": statements}
 
 
+def test_each_add_on_role_gets_the_managed_policy_aws_documents():
+    # The gateway controller's: AWS's Inference Gateway guide (ACM for the certificates it issues).
+    config, _ = from_stack_file("dev")
+    run = run_program({**config, "gateway": {**config["gateway"], "keda": True, "gatedModelAccess": True}}, stack="dev")
+    managed = {r.name: r.inputs["policyArn"] for r in run.of_type("aws:iam/rolePolicyAttachment:RolePolicyAttachment")
+               if r.name.startswith("inference-addon-")}
+    policy = "arn:aws:iam::aws:policy/{}".format
+    assert managed == {
+        "inference-addon-execution-managed": policy("AmazonSageMakerHyperPodInferenceAccess"),
+        "inference-addon-gateway-controller-managed": policy("AmazonSageMakerHyperPodInferenceGatewayAccess"),
+        "inference-addon-gated-models-managed": policy("AmazonSageMakerHyperPodGatedModelAccess"),
+        "inference-addon-aws-fsx-csi-driver-managed": policy("AmazonFSxFullAccess"),
+    }
+
+
 def test_the_execution_role_may_read_its_lifecycle_bucket_and_use_pod_identity_on_its_cluster_only():
     config, _ = from_stack_file("dev")
     run = run_program(config, stack="dev")
