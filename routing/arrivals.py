@@ -17,11 +17,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
+from settings import SettingsError, parse_weight_overrides
+
 from .picker import Request
 from .workloads import BUILTIN_WORKLOADS, WorkloadError, load_jsonl, load_workload
 
-# vLLM's default max_tokens for a completions request that names none.
+# vLLM's default max_tokens for a completions request that names none (CompletionRequest,
+# vLLM 0.32). Chat and responses requests have no default length: vLLM runs them to EOS or the
+# end of the context (serve/utils/api_utils.py get_max_tokens), which no workload file says,
+# so predict assumes this for them too and says so.
 DEFAULT_OUTPUT_TOKENS = 16
+# The body keys that set a reply's length: completions and chat, chat's newer name, responses.
+OUTPUT_LENGTH_KEYS = ("max_tokens", "max_completion_tokens", "max_output_tokens")
 WRAPPER_KEYS = frozenset({"at", "session", "body"})
 
 
@@ -35,14 +42,24 @@ class Arrival:
     session: str | None = None
 
     @property
-    def output_tokens(self) -> int:
-        """Tokens the reply runs to: the body's max_tokens (or max_completion_tokens), else vLLM's
-        default. Workloads meant for timing set `ignore_eos` so the server runs them out too."""
-        for key in ("max_tokens", "max_completion_tokens"):
+    def stated_output_tokens(self) -> int | None:
+        """The reply's length the body sets (OUTPUT_LENGTH_KEYS), None when it sets none."""
+        for key in OUTPUT_LENGTH_KEYS:
             value = self.body.get(key)
             if isinstance(value, int) and not isinstance(value, bool) and value >= 1:
                 return value
-        return DEFAULT_OUTPUT_TOKENS
+        return None
+
+    @property
+    def output_tokens(self) -> int:
+        """Tokens the reply runs to: the body's stated length, else DEFAULT_OUTPUT_TOKENS.
+        Workloads meant for timing set `ignore_eos` so the server runs them out too."""
+        return self.stated_output_tokens or DEFAULT_OUTPUT_TOKENS
+
+    @property
+    def length_unknown(self) -> bool:
+        """A reply only EOS or the context would end on vLLM: not a completion, no stated length."""
+        return self.stated_output_tokens is None and "prompt" not in self.body
 
 
 def _is_wrapper(value: Any) -> bool:
@@ -124,7 +141,17 @@ def load_weight_changes(name_or_path: str) -> tuple[WeightChange, ...]:
             raise WorkloadError(f'{where}: "at" {at!r} must be seconds from the start, a number of at least 0')
         if not isinstance(weights, dict) or not weights:
             raise WorkloadError(f'{where}: "weights" must be an object of scorer weights, e.g. {{"prefix": 0}}')
-        changes.append(WeightChange(float(at), dict(weights)))
+        for name, weight in weights.items():
+            if isinstance(weight, bool) or not isinstance(weight, int):
+                raise WorkloadError(f'{where}: "weights" {name}={weight!r} must be a whole number of at least 0 '
+                                    '(0 turns the scorer off)')
+        try:
+            # The stack's rules for weights: known names (with a suggestion), within range.
+            checked = parse_weight_overrides(",".join(f"{name}={weight}" for name, weight in weights.items()),
+                                             key='"weights"')
+        except SettingsError as error:
+            raise WorkloadError(f"{where}: " + "; ".join(map(str, error.problems))) from None
+        changes.append(WeightChange(float(at), checked))
     return tuple(sorted(changes, key=lambda change: change.at))
 
 

@@ -49,8 +49,8 @@ from typing import Any, Callable, Mapping, Protocol, Sequence
 from .engine import Engine, EngineRequest
 from .latency import DEFAULT_LIMITS, EngineLimits, LatencyModel, LatencyProfile
 from .metrics import parse_metrics
-from .options import (OptionError, add_model_options, http_url, load_stack_model, named_url, positive_seconds,
-                      unique_named_urls)
+from .options import (OptionError, add_model_options, http_url, load_stack_model, named_url, positive_int,
+                      positive_seconds, unique_named_urls)
 from .simulate import DEFAULT_BLOCK_SIZE, DEFAULT_SCRAPE_INTERVAL
 
 HISTOGRAMS = ("vllm:request_prefill_time_seconds", "vllm:request_prefill_kv_computed_tokens",
@@ -517,12 +517,12 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     parser.add_argument("--kubeconfig", help="kubeconfig file (default: $KUBECONFIG or ~/.kube/config)")
     parser.add_argument("--out", default="latency-profile.json", metavar="FILE",
                         help="where to write the profile (default latency-profile.json)")
-    parser.add_argument("--max-num-seqs", type=int, metavar="N",
+    parser.add_argument("--max-num-seqs", type=positive_int, metavar="N",
                         help="the pods' vLLM --max-num-seqs, when /server_info is not served (dev mode off)")
-    parser.add_argument("--max-num-batched-tokens", type=int, metavar="N",
+    parser.add_argument("--max-num-batched-tokens", type=positive_int, metavar="N",
                         help="the pods' vLLM --max-num-batched-tokens, likewise")
     parser.add_argument("--seed", type=int, default=0, help="seed of the calibration prompts (default 0)")
-    parser.add_argument("--scrape-interval", type=positive_seconds, default=DEFAULT_SCRAPE_INTERVAL, metavar="S",
+    parser.add_argument("--scrape-interval", type=positive_seconds, metavar="S",
                         help=f"scrape /metrics this often meanwhile, as the picker will (default "
                              f"{DEFAULT_SCRAPE_INTERVAL:g}); not with --gateway-url, whose picker scrapes them")
     parser.add_argument("--gateway-url", type=http_url("--gateway-url"), metavar="URL",
@@ -551,12 +551,17 @@ def run(args: argparse.Namespace) -> int:
         print("calibrate: --max-num-seqs and --max-num-batched-tokens go together; pass both or neither",
               file=sys.stderr)
         return 2
+    if args.scrape_interval is not None and args.gateway_url:
+        print(f"calibrate: --scrape-interval {args.scrape_interval:g} with --gateway-url: the gateway's picker "
+              "scrapes the pods then, at its own interval; drop --scrape-interval", file=sys.stderr)
+        return 2
     try:
         if args.max_num_seqs is not None:
             limits = EngineLimits(args.max_num_seqs, args.max_num_batched_tokens)
         pods = _pods(args)
         gateway = UrlPod("gateway", args.gateway_url) if args.gateway_url else None
-        profile = calibrate(pods, seed=args.seed, limits=limits, scrape_interval=args.scrape_interval,
+        profile = calibrate(pods, seed=args.seed, limits=limits,
+                            scrape_interval=args.scrape_interval or DEFAULT_SCRAPE_INTERVAL,
                             gateway=gateway, progress=lambda line: print(line, flush=True))
     except (OptionError, CalibrateError, ValueError) as error:
         print(f"calibrate: {error}", file=sys.stderr)

@@ -154,6 +154,11 @@ class LatencyProfile:
             raise ProfileError(f"--latency-profile {path}: not a JSON profile ({error}); {fix}") from None
         if not isinstance(data, dict) or data.get("kind") != PROFILE_KIND or data.get("version") != PROFILE_VERSION:
             raise ProfileError(f"--latency-profile {path}: not a version-{PROFILE_VERSION} {PROFILE_KIND} file; {fix}")
+        for key in ("blockSize", "numGpuBlocks", "maxNumSeqs", "maxNumBatchedTokens"):
+            value = data.get(key)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+                raise ProfileError(f"--latency-profile {path}: {key}={value!r} must be a whole number of at least 1 "
+                                   f"(or absent, to take predict's default or option); {fix}")
         try:
             latency = LatencyModel(**data["latency"])
             seqs, tokens = data.get("maxNumSeqs"), data.get("maxNumBatchedTokens")

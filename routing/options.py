@@ -91,15 +91,24 @@ def positive_int(text: str) -> int:
     return value
 
 
-def positive_seconds(text: str) -> float:
-    """An argparse type: a number of seconds above 0."""
+def _positive_number(text: str, unit: str) -> float:
     try:
         value = float(text)
     except ValueError:
         value = None
-    if value is None or not value > 0:
-        raise argparse.ArgumentTypeError(f"{text!r} must be a positive number of seconds")
+    if value is None or not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"{text!r} must be a positive number of {unit}")
     return value
+
+
+def positive_seconds(text: str) -> float:
+    """An argparse type: a number of seconds above 0."""
+    return _positive_number(text, "seconds")
+
+
+def positive_rate(text: str) -> float:
+    """An argparse type: requests per second, above 0."""
+    return _positive_number(text, "requests per second")
 
 
 def weights_option(text: str) -> dict[str, int]:

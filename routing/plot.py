@@ -3,6 +3,7 @@ panel per value of the third swept weight, the first two on the axes; the best s
 
 from __future__ import annotations
 
+import textwrap
 from typing import Sequence
 
 from .sweep import SettingResult
@@ -12,8 +13,14 @@ from .sweep import SettingResult
 FIGURES = (
     ("hit rate", lambda r: r.hit_rate * 100, "{:.1f}%", "viridis"),
     ("TTFT p95 (ms)", lambda r: r.ttft_p95 * 1000, "{:.0f}", "magma_r"),
-    ("load imbalance (max/mean − 1)", lambda r: r.imbalance, "{:.2f}", "cividis_r"),
+    ("load imbalance\n(max/mean − 1)", lambda r: r.imbalance, "{:.2f}", "cividis_r"),
 )
+# A sweep of one or two weights makes a small grid: the figure stays wide enough for the colour
+# bars and the title (which wraps at about this many characters an inch), and each row tall
+# enough for its label, which runs up the side.
+MIN_WIDTH_INCHES = 6.4
+TITLE_CHARACTERS_PER_INCH = 11
+MIN_ROW_INCHES = 1.6
 
 
 def heat_map(results: Sequence[SettingResult], path: str, *, title: str, best: SettingResult, objective: str) -> None:
@@ -34,8 +41,13 @@ def heat_map(results: Sequence[SettingResult], path: str, *, title: str, best: S
         return (x, y, panel)[:len(names)]
 
     columns = len(panel_values)
-    figure, axes = plt.subplots(len(FIGURES), columns, figsize=(0.55 * len(x_values) * columns + 2.2,
-                                                                0.5 * len(y_values) * len(FIGURES) + 2.4),
+    label = ", ".join(f"{name}={value}" for name, value in best.setting.items())
+    width = max(MIN_WIDTH_INCHES, 0.55 * len(x_values) * columns + 2.2)
+    heading = textwrap.wrap(title, int(width * TITLE_CHARACTERS_PER_INCH)) + [
+        f"best for {objective} (red frame): {label}"]
+    figure, axes = plt.subplots(len(FIGURES), columns,
+                                figsize=(width, max(MIN_ROW_INCHES, 0.5 * len(y_values)) * len(FIGURES) + 1.0
+                                         + 0.2 * len(heading)),
                                 squeeze=False, constrained_layout=True)
     for row, (label, value_of, fmt, colours) in enumerate(FIGURES):
         cells = [value_of(r) for r in results]
@@ -67,7 +79,6 @@ def heat_map(results: Sequence[SettingResult], path: str, *, title: str, best: S
                 by = y_values.index(best_key[1]) if y_name else 0
                 ax.add_patch(Rectangle((bx - 0.5, by - 0.5), 1, 1, fill=False, edgecolor="red", linewidth=2.2))
         figure.colorbar(image, ax=list(axes[row]), shrink=0.9, pad=0.01)
-    label = ", ".join(f"{name}={value}" for name, value in best.setting.items())
-    figure.suptitle(f"{title}\nbest for {objective} (red frame): {label}", fontsize=11)
+    figure.suptitle("\n".join(heading), fontsize=11)
     figure.savefig(path, dpi=130)
     plt.close(figure)

@@ -24,16 +24,17 @@ from typing import Any, Mapping, Sequence
 
 from settings import lru_conflict
 
-from .arrivals import Arrival, LoadPlan, WeightChange, load_arrivals, load_weight_changes, plan_load
+from .arrivals import (DEFAULT_OUTPUT_TOKENS, Arrival, LoadPlan, WeightChange, load_arrivals, load_weight_changes,
+                       plan_load)
 from .engine import CapacityError
 from .latency import (DEFAULT_LATENCY, DEFAULT_LATENCY_NOTE, DEFAULT_LIMITS, EngineLimits, LatencyModel,
                       LatencyProfile, ProfileError, percentile)
 from .plugins import EndpointPickerConfig, load_endpoint_picker_config
 from .parallel import run_beside
-from .options import (OptionError, add_model_options, load_stack_model, positive_int, positive_seconds,
-                      weights_option)
-from .picker import (Decision, EndpointPicker, HashPlan, Hashed, Picker, PickerConfigError, PodMetrics, Request,
-                     RoundRobinPicker, with_default_weights)
+from .options import (OptionError, add_model_options, load_stack_model, positive_int, positive_rate,
+                      positive_seconds, weights_option)
+from .picker import (DEFAULT_PICKER_VERSION, PICKER_VERSIONS, Decision, EndpointPicker, HashPlan, Hashed, Picker,
+                     PickerConfigError, PodMetrics, Request, RoundRobinPicker, with_default_weights)
 from .prefix import EstimateTokenizer, HFTokenizerFile, Tokenizer, TokenizerFileError
 from .simulate import (DEFAULT_BLOCK_SIZE, DEFAULT_CAPACITY_BLOCKS, DEFAULT_SCRAPE_INTERVAL, Fleet, LoadResult,
                        Prepared, SimulatedServer, SimulationResult, UnsupportedRequest, prepare,
@@ -84,15 +85,16 @@ class ReplicatedPicker:
         return self.replicas[0].hash_plan(reported_block_size)
 
 
-def replica_pickers(configuration: Mapping[str, int] | EndpointPickerConfig, count: int,
-                    seed: int | None) -> tuple[EndpointPicker, ...]:
+def replica_pickers(configuration: Mapping[str, int] | EndpointPickerConfig, count: int, seed: int | None,
+                    picker_version: str = DEFAULT_PICKER_VERSION) -> tuple[EndpointPicker, ...]:
     """`count` fresh picker replicas of weights or a whole EndpointPickerConfig (a weight change
     rolls them: fresh indexes); one replica keeps `seed` itself, so a single picker breaks ties
     as `serve --seed` does."""
     if count == 1:
-        return (EndpointPicker(configuration, seed=seed),)
+        return (EndpointPicker(configuration, seed=seed, picker_version=picker_version),)
     seeds = random.Random(seed)
-    return tuple(EndpointPicker(configuration, seed=seeds.randrange(2 ** 32)) for _ in range(count))
+    return tuple(EndpointPicker(configuration, seed=seeds.randrange(2 ** 32), picker_version=picker_version)
+                 for _ in range(count))
 
 
 def ttft_figures(ttfts: Sequence[float]) -> dict[str, float | None]:
@@ -156,7 +158,7 @@ def run_prediction(requests: Sequence[Request], *, weights: Mapping[str, int] | 
                    seed: int | None = None, load: Load | None = None, latency: LatencyModel = DEFAULT_LATENCY,
                    limits: EngineLimits = DEFAULT_LIMITS, picker_replicas: int = 1,
                    explain: int | None = None, picker_config: EndpointPickerConfig | None = None,
-                   baseline: Baseline | None = None) -> Prediction:
+                   baseline: Baseline | None = None, picker_version: str = DEFAULT_PICKER_VERSION) -> Prediction:
     """Replays `requests` onto `replicas` pods named `<pod_prefix>-<i>`, routed by a picker with
     `weights` laid over the default profile (as `serve` and the cluster's picker do):
     serially, or under `load` in simulated time. Under load, `baseline` (an earlier
@@ -170,11 +172,11 @@ def run_prediction(requests: Sequence[Request], *, weights: Mapping[str, int] | 
         raise PredictError(f"--explain {explain}: the workload has requests 0 to {len(requests) - 1}")
     if picker_config is not None:
         # The user's whole configuration: its scorers and weights are what run, nothing laid over.
-        pickers = replica_pickers(picker_config, picker_replicas, seed)
+        pickers = replica_pickers(picker_config, picker_replicas, seed, picker_version)
         weights = dict(pickers[0].weights)
     else:
         weights = with_default_weights(weights)
-        pickers = replica_pickers(weights, picker_replicas, seed)
+        pickers = replica_pickers(weights, picker_replicas, seed, picker_version)
     tokenizer = tokenizer or EstimateTokenizer()
     names = tuple(f"{pod_prefix}-{i}" for i in range(replicas))
 
@@ -218,7 +220,7 @@ def run_prediction(requests: Sequence[Request], *, weights: Mapping[str, int] | 
     def repick(overrides: Mapping[str, int], number: int) -> tuple[EndpointPicker, ...]:
         # New pods draw their own tie-breaks: a seed of their own, repeatable from the run's.
         restarted = None if seed is None else random.Random(f"{seed}/{number}").randrange(2 ** 32)
-        return replica_pickers({**weights, **overrides}, picker_replicas, restarted)
+        return replica_pickers({**weights, **overrides}, picker_replicas, restarted, picker_version)
 
     def round_robin_and_best() -> tuple[LoadResult, SimulationResult, int]:
         round_robin = fleet_result((RoundRobinPicker(),), False, None)
@@ -281,12 +283,16 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                              "(default: estimate ~4 characters per token)")
     parser.add_argument("--seed", type=int, help="seed for the picker's tie-breaking, arrivals and scrape clocks "
                                                  "(default: random, printed)")
+    parser.add_argument("--picker-version", choices=tuple(PICKER_VERSIONS), default=DEFAULT_PICKER_VERSION,
+                        help="the llm-d router release whose prefix hashing to model: v0.9 and later hash "
+                             f"4-byte pseudo-tokens, v0.5-v0.8 characters (default {DEFAULT_PICKER_VERSION}; "
+                             "HyperPod's is unpublished, see the README)")
     parser.add_argument("--runs", type=positive_int, default=1, metavar="N",
                         help="repeat with N seeds (seed, seed+1, ...) and show the spread across runs (default 1)")
     load = parser.add_argument_group("under load (any of these, or a workload with \"at\" times, replays in "
                                      "simulated time)")
     when = load.add_mutually_exclusive_group()
-    when.add_argument("--rate", type=positive_seconds, metavar="PER_SECOND",
+    when.add_argument("--rate", type=positive_rate, metavar="PER_SECOND",
                       help="send requests as a Poisson process at this mean rate")
     when.add_argument("--concurrency", type=positive_int, metavar="N",
                       help="closed loop: N requests in flight, each next one sent when one finishes")
@@ -301,8 +307,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     load.add_argument("--scrape-interval", type=positive_seconds, default=DEFAULT_SCRAPE_INTERVAL, metavar="S",
                       help=f"seconds between the picker's metric scrapes (default {DEFAULT_SCRAPE_INTERVAL:g}, upstream's)")
     load.add_argument("--picker-replicas", type=positive_int, metavar="N",
-                      help="picker replicas, each with its own prefix index (default: the stack's pickerReplicas, "
-                           "else 1)")
+                      help="picker replicas, each with its own prefix index (default: as the stack deploys them: "
+                           "its pickerReplicas, else 2 on HyperPod's controller and 1 with the llm-d router; 1 "
+                           "with --pods)")
     parser.add_argument("--explain", type=int, metavar="N",
                         help="show request N's pick (0 = the first): every pod's score per scorer, weighted, "
                              "summed, and the margin over the runner-up")
@@ -310,8 +317,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     advisor.add_argument("--sweep", type=sweep.sweep_option, metavar="NAME=A..B,...",
                          help="try every combination, e.g. prefix=0..5,queue=0..5,kvCache=0..5 (others as the "
                               "stack or --weights set them)")
-    advisor.add_argument("--objective", choices=sweep.OBJECTIVES, default="hit-rate",
-                         help="what the best setting maximises (hit-rate) or minimises (ttft-p95, balance)")
+    advisor.add_argument("--objective", choices=sweep.OBJECTIVES,
+                         help="with --sweep: what the best setting maximises (hit-rate, the default) or minimises "
+                              "(ttft-p95, balance)")
     advisor.add_argument("--plot", metavar="FILE.png", help="with --sweep: write a heat map of the results")
     parser.add_argument("--json", action="store_true", help="print the prediction as JSON")
     parser.set_defaults(func=run)
@@ -325,7 +333,7 @@ class _Target:
     weights: Mapping[str, int]  # over the default profile
     replicas: int
     caveats: tuple[str, ...] = ()
-    picker_replicas: int | None = None
+    picker_replicas: int = 1  # as deployed: the stack's, or its gateway implementation's default
     # The `pulumi config set --path` prefix for this model's weights: models[i] or the gateway's.
     config_path: str = "weights"
     # The model's own EndpointPickerConfig (models[].pickerConfigMap.file), which replaces weights.
@@ -351,8 +359,9 @@ def _target(args: argparse.Namespace) -> _Target:
                                "scheduling profile's weights instead.")
         return _Target(f"Prediction for stack {args.stack}, model {model.name} ({model.model}), picker configuration "
                        f"{model.picker_config_map.file}", model.name, model.model, {},
-                       args.replicas if args.replicas is not None else model.replicas, (), model.picker_replicas,
-                       f"models[{index}].weights", load_endpoint_picker_config(config))
+                       args.replicas if args.replicas is not None else model.replicas, (),
+                       found.settings.picker_replicas(model), f"models[{index}].weights",
+                       load_endpoint_picker_config(config))
     weights = {**found.weights(f"To predict with explicit weights, use --pods {model.replicas or 2} --weights ..."),
                **overrides}
     if lru_conflict(model.scheduler, weights):
@@ -367,7 +376,7 @@ def _target(args: argparse.Namespace) -> _Target:
         caveats = ("scheduler epp: modelled with the llm-d router v0.10 scorers; which upstream release HyperPod's "
                    "epp scheduler runs is not documented",)
     return _Target(f"Prediction for stack {args.stack}, model {model.name} ({model.model})", model.name, model.model,
-                   weights, replicas, caveats, model.picker_replicas, f"models[{index}].weights")
+                   weights, replicas, caveats, found.settings.picker_replicas(model), f"models[{index}].weights")
 
 
 @dataclass(frozen=True)
@@ -403,7 +412,8 @@ class _Setup:
                                     capacity_blocks=self.capacity_blocks, tokenizer=self.tokenizer, seed=seed,
                                     load=self.load(args, seed), latency=self.latency, limits=self.limits,
                                     picker_replicas=self.picker_replicas, explain=explain,
-                                    picker_config=self.target.picker_config, baseline=self.baselines.get(seed))
+                                    picker_config=self.target.picker_config, baseline=self.baselines.get(seed),
+                                    picker_version=args.picker_version)
         if prediction.baseline is not None:
             self.baselines.setdefault(seed, prediction.baseline)
         return prediction
@@ -414,6 +424,8 @@ def _setup(args: argparse.Namespace) -> _Setup:
     arrivals = tuple(load_arrivals(args.workload, target.served_model))
     tokenizer = HFTokenizerFile(args.tokenizer) if args.tokenizer else EstimateTokenizer()
     notes = [f"tokens {tokenizer.description}", *target.caveats]
+    if args.picker_version != DEFAULT_PICKER_VERSION:
+        notes.append(f"prefix hashing of picker {args.picker_version} ({PICKER_VERSIONS[args.picker_version]})")
     profile = LatencyProfile.load(args.latency_profile) if args.latency_profile else None
     if profile is None:
         latency, limits = DEFAULT_LATENCY, DEFAULT_LIMITS
@@ -425,7 +437,13 @@ def _setup(args: argparse.Namespace) -> _Setup:
                           args.max_num_batched_tokens or limits.max_num_batched_tokens)
     block_size = args.block_size or (profile and profile.block_size) or DEFAULT_BLOCK_SIZE
     capacity = args.capacity_blocks or (profile and profile.num_gpu_blocks) or DEFAULT_CAPACITY_BLOCKS
-    replicas = args.picker_replicas or target.picker_replicas or 1
+    replicas = args.picker_replicas or target.picker_replicas
+    timed = args.rate or args.concurrency or any(arrival.at is not None for arrival in arrivals)
+    unknown = sum(1 for arrival in arrivals if arrival.length_unknown)
+    if timed and unknown:
+        notes.append(f"{unknown} request(s) (chat, responses, ...) state no max_tokens: vLLM runs those to EOS or the "
+                     f"end of the context, which the workload does not say; predicted at {DEFAULT_OUTPUT_TOKENS} "
+                     "tokens each. Set max_tokens in the workload for their real length.")
     changes = load_weight_changes(args.workload)
     for change in changes:
         notes.append(f"at {change.at:g}s the weights change to "
@@ -447,6 +465,12 @@ def run(args: argparse.Namespace) -> int:
         if args.plot and len(args.sweep) > MAX_PLOTTED_WEIGHTS:
             raise PredictError(f"--plot {args.plot}: draws up to {MAX_PLOTTED_WEIGHTS} swept weights, --sweep names "
                                f"{len(args.sweep)}; sweep fewer, or drop --plot")
+        if args.objective and not args.sweep:
+            raise PredictError(f"--objective {args.objective}: chooses among the settings of a sweep; add --sweep, "
+                               "e.g. --sweep prefix=0..5, or drop --objective")
+        if args.explain is not None and args.sweep:
+            raise PredictError(f"--explain {args.explain}: shows one setting's pick and --sweep predicts many; drop "
+                               "--sweep, and give the setting to explain with --weights NAME=N,...")
         if setup.target.picker_config is not None and (args.sweep or setup.weight_changes):
             raise PredictError("--sweep and weight changes in the workload vary weights, and this model runs its own "
                                "EndpointPickerConfig instead: vary the file's weights, or predict with --weights.")
@@ -464,6 +488,8 @@ def run(args: argparse.Namespace) -> int:
         result = first.to_json()
         if args.runs > 1:
             result["spread"] = spread_json(predictions)
+        if args.explain is not None:
+            result["explain"] = explanation_json(first)
         print(json.dumps(result, indent=2))
         for note in notes:
             print(f"predict: {note}", file=sys.stderr)
@@ -576,6 +602,21 @@ def format_spread(predictions: Sequence[Prediction], seed: int) -> str:
                      f"TTFT p50 {_ms(figures['ttftP50'][0])}–{_ms(figures['ttftP50'][1])} ms, "
                      f"p95 {_ms(figures['ttftP95'][0])}–{_ms(figures['ttftP95'][1])} ms; share {shares}")
     return "\n".join(lines)
+
+
+def explanation_json(prediction: Prediction) -> dict:
+    """`format_explanation` as the `explain` key of `--json`: the picker's breakdown (serve's
+    x-routing-decision form) with what the last scrape of each pod read."""
+    explained = prediction.picker.explained
+    decision = explained.decision
+    seen = {pod.name: pod for pod in explained.seen}
+    breakdown = decision.breakdown().as_dict()
+    for score in breakdown["pods"]:
+        metrics = seen[score["pod"]]
+        score.update(waiting=metrics.waiting, running=metrics.running, kvUsage=metrics.kv_usage,
+                     matchedBlocks=decision.match_blocks.get(score["pod"], 0))
+    return {"request": explained.index, "at": explained.at if prediction.under_load else None,
+            "pickerReplica": explained.replica, "prefixBlocks": decision.total_blocks, **breakdown}
 
 
 def format_explanation(prediction: Prediction) -> str:

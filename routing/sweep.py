@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from .predict import Prediction, _Setup
 
 OBJECTIVES = ("hit-rate", "ttft-p95", "balance")
+DEFAULT_OBJECTIVE = "hit-rate"
 # More combinations than this is a typing mistake more often than a plan (6^3 = 216 is the example).
 MAX_SETTINGS = 2000
 
@@ -124,10 +125,14 @@ def format_table(results: Sequence[SettingResult], best: SettingResult, runs: in
     return "\n".join(lines)
 
 
-def config_lines(best: SettingResult, config_path: str, stack: str | None) -> list[str]:
-    """The `pulumi config set` commands that deploy the best setting's swept weights."""
+def config_lines(best: SettingResult, config_path: str, stack: str | None,
+                 overrides: Mapping[str, int] | None = None) -> list[str]:
+    """The `pulumi config set` commands that deploy the best setting: the --weights `overrides`
+    it was predicted with (the stack does not hold them yet), then its swept weights."""
     where = f" --stack {stack}" if stack else ""
-    return [f"pulumi config set --path '{config_path}.{name}' {value}{where}" for name, value in best.setting.items()]
+    weights = {**{name: value for name, value in (overrides or {}).items() if name not in best.setting},
+               **best.setting}
+    return [f"pulumi config set --path '{config_path}.{name}' {value}{where}" for name, value in weights.items()]
 
 
 def run_sweep(args: argparse.Namespace, setup: _Setup, seed: int) -> int:
@@ -138,17 +143,18 @@ def run_sweep(args: argparse.Namespace, setup: _Setup, seed: int) -> int:
         weights = {**base, **setting}
         return summarise(setting, [setup.predict(args, weights, seed + run) for run in range(args.runs)])
 
+    objective = args.objective or DEFAULT_OBJECTIVE
     results = sweep(grid, evaluate, sys.stderr)
-    best = best_of(results, args.objective)
+    best = best_of(results, objective)
     if args.plot:
         from .plot import heat_map  # matplotlib only when a plot is asked for
 
         heat_map(results, args.plot, title=f"{setup.target.title}: workload {Path(args.workload).name}, "
                                            f"{args.runs} run{'s' if args.runs > 1 else ''} per setting",
-                 best=best, objective=args.objective)
-    commands = config_lines(best, setup.target.config_path, args.stack)
+                 best=best, objective=objective)
+    commands = config_lines(best, setup.target.config_path, args.stack, args.weights)
     if args.json:
-        print(json.dumps({"objective": args.objective, "best": best.to_json(), "pulumi": commands,
+        print(json.dumps({"objective": objective, "best": best.to_json(), "pulumi": commands,
                           "settings": [r.to_json() for r in results]}, indent=2))
         return 0
     held = {name: value for name, value in base.items() if name not in grid and value}
@@ -161,7 +167,7 @@ def run_sweep(args: argparse.Namespace, setup: _Setup, seed: int) -> int:
     print("  imbalance: the busiest pod's requests over the mean, less 1 (0 = an even split)\n")
     print(format_table(results, best, args.runs))
     label = ", ".join(f"{name}={value}" for name, value in best.setting.items())
-    print(f"\nBest for {args.objective}: {label} (hit rate {percent(best.hit_rate)}, TTFT p95 "
+    print(f"\nBest for {objective}: {label} (hit rate {percent(best.hit_rate)}, TTFT p95 "
           f"{best.ttft_p95 * 1000:.1f} ms, imbalance {best.imbalance:.2f}). To deploy it:")
     for command in commands:
         print(f"  {command}")

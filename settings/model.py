@@ -44,6 +44,9 @@ DEPENDENCY_ADDON_MINIMUMS: Mapping[str, str] = MappingProxyType({
 })
 # The controller runs this many pickers per scheduler when `replicas` is not set.
 DEFAULT_PICKER_REPLICAS = 2
+# The llm-d router's Deployment (components/llmd_router) runs one picker unless told more: a
+# second would keep a prefix index of its own and halve the affinity.
+LLMD_DEFAULT_PICKER_REPLICAS = 1
 
 
 def is_bottlerocket(ami_type: str) -> bool:
@@ -260,3 +263,10 @@ class Settings:
     @property
     def effective_weights(self) -> Mapping[str, Mapping[str, int] | None]:
         return frozen_mapping({m.name: m.effective_weights for m in self.models})
+
+    def picker_replicas(self, model: ModelSettings) -> int:
+        """The model's picker pods as deployed: its pickerReplicas, else the gateway
+        implementation's default."""
+        if model.picker_replicas is not None:
+            return model.picker_replicas
+        return DEFAULT_PICKER_REPLICAS if self.gateway.implementation == "hyperpod" else LLMD_DEFAULT_PICKER_REPLICAS

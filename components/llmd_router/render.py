@@ -7,7 +7,7 @@ import hashlib
 from typing import Any
 
 from components.gateway_api.render import GATEWAY_CLASS, MODEL_HEADER
-from settings import ModelSettings, Settings
+from settings import LLMD_DEFAULT_PICKER_REPLICAS, ModelSettings, Settings
 from settings.picker import endpoint_picker_config_text
 
 # llm-d router v0.10.0: the release the llm-d distribution pins, and the one routing/ models
@@ -32,7 +32,7 @@ def router_values(model: ModelSettings) -> dict[str, Any]:
     text = endpoint_picker_config_text(model)
     epp: dict[str, Any] = {
         "image": ROUTER_IMAGE,
-        "replicas": model.picker_replicas or 1,
+        "replicas": model.picker_replicas or LLMD_DEFAULT_PICKER_REPLICAS,
         "pluginsCustomConfig": {CONFIG_KEY: text},
         "pluginsConfigFile": CONFIG_KEY,
         # The picker reads its configuration only at start: a new hash rolls its pods.

@@ -263,6 +263,8 @@ def test_cli_errors_name_the_option_the_value_and_the_fix(capsys, argv, message)
     (["--stack", "dev", "--model", "qwen-small", "--weights", "prefix=0,"],
      r"--weights = '': write each weight as name=value"),
     (["--pods", "0"], r"argument --pods: '0' must be at least 1"),
+    (["--pods", "2", "--rate", "0"], r"argument --rate: '0' must be a positive number of requests per second"),
+    (["--pods", "2", "--picker-version", "v0.4"], r"argument --picker-version: invalid choice: 'v0.4'"),
 ])
 def test_bad_option_values_are_usage_errors_naming_the_value(capsys, argv, message):
     with pytest.raises(SystemExit) as exit_:
@@ -295,6 +297,71 @@ def test_cli_replicas_override_and_scaled_down_models(capsys, tmp_path):
     assert status == 2 and "replicas 0" in err and "--replicas N" in err
     status, out, _ = run_cli(*common, "--replicas", "3", capsys=capsys)
     assert status == 0 and len(json.loads(out)["pods"]) == 3
+
+
+@pytest.mark.parametrize("stack, pickers", [("dev", 2), ("eks", 1)])
+def test_a_stack_without_picker_replicas_is_predicted_with_the_pickers_it_deploys(capsys, tmp_path, stack, pickers):
+    # HyperPod's controller runs two pickers when pickerReplicas is unset, each with its own
+    # prefix index; the llm-d router's Deployment runs one.
+    text = (Path(__file__).resolve().parents[2] / "stacks" / f"Pulumi.{stack}.yaml").read_text()
+    assert "      pickerReplicas: 1\n" in text
+    (tmp_path / "Pulumi.custom.yaml").write_text(text.replace("      pickerReplicas: 1\n", ""))
+    status, out, _ = run_cli("--stack", "custom", "--model", "qwen-small", "--stacks-dir", str(tmp_path),
+                             "--concurrency", "4", "--seed", "1", capsys=capsys)
+    assert status == 0
+    assert ("2 picker replicas: each request goes to one at random" in out) == (pickers == 2)
+
+
+def test_the_picker_version_sets_how_predict_hashes_prefixes(capsys, tmp_path):
+    # v0.8 and earlier hash a chat as the JSON of its messages, later versions role and text: the
+    # same conversation is a different number of prefix blocks.
+    path = tmp_path / "chat.jsonl"
+    path.write_text(json.dumps({"model": "m", "messages": [{"role": "system", "content": "policy " * 400},
+                                                           {"role": "user", "content": "hello"}]}) + "\n")
+    blocks = {}
+    for version in ("v0.10", "v0.8"):
+        status, out, err = run_cli("--pods", "2", "--workload", str(path), "--seed", "1", "--explain", "0", "--json",
+                                   "--picker-version", version, capsys=capsys)
+        assert status == 0
+        blocks[version] = json.loads(out)["explain"]["prefixBlocks"]
+        assert ("prefix hashing of picker v0.8 (characters)" in err) == (version == "v0.8")
+    assert blocks["v0.10"] != blocks["v0.8"]
+
+
+def test_requests_of_unknown_length_are_named_under_load(capsys, tmp_path):
+    path = tmp_path / "w.jsonl"
+    path.write_text("".join(json.dumps(body) + "\n" for body in (
+        {"model": "m", "messages": [{"role": "user", "content": "no length"}]},
+        {"model": "m", "messages": [{"role": "user", "content": "a length"}], "max_completion_tokens": 8},
+        {"model": "m", "prompt": "a completion runs to vLLM's default of 16"})))
+    status, out, _ = run_cli("--pods", "2", "--workload", str(path), "--concurrency", "2", "--seed", "1",
+                             capsys=capsys)
+    assert status == 0
+    assert "1 request(s) (chat, responses, ...) state no max_tokens" in out
+    status, out, _ = run_cli("--pods", "2", "--workload", str(path), "--seed", "1", capsys=capsys)
+    assert status == 0 and "state no max_tokens" not in out  # serially, reply lengths play no part
+
+
+@pytest.mark.parametrize("extra", [("--rate", "40"), (), ("--concurrency", "8")])
+def test_the_readmes_example_trace_predicts(capsys, extra):
+    trace = Path(__file__).resolve().parents[2] / "examples" / "trace.jsonl"
+    status, out, err = run_cli("--stack", "dev", "--model", "qwen-small", "--workload", str(trace), "--seed", "1",
+                               *extra, capsys=capsys)
+    assert status == 0, err
+    assert "TTFT p50" in out and "42 requests" in out
+
+
+@pytest.mark.parametrize("weights, message", [
+    ({"prefx": 0}, r"line 2: \"weights\" prefx = '0': is not a scorer weight. Did you mean 'prefix'\?"),
+    ({"prefix": -1}, r"line 2: \"weights\" prefix = '-1': is out of range"),
+    ({"prefix": 0.5}, r"line 2: \"weights\" prefix=0.5 must be a whole number of at least 0"),
+])
+def test_a_weight_change_line_with_a_bad_weight_names_the_line(capsys, tmp_path, weights, message):
+    path = tmp_path / "w.jsonl"
+    path.write_text(json.dumps({"at": 0, "body": {"model": "m", "prompt": "a"}}) + "\n"
+                    + json.dumps({"at": 1, "weights": weights}) + "\n")
+    status, _, err = run_cli("--pods", "2", "--workload", str(path), capsys=capsys)
+    assert status == 2 and re.search(message, err), err
 
 
 def test_cli_jsonl_workload_errors_carry_the_line_number(capsys, tmp_path):
