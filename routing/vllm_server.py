@@ -178,7 +178,10 @@ class VllmServer:
                 "--host", "127.0.0.1", "--port", str(self.port),
                 "--enable-prefix-caching", "--max-model-len", str(self.max_model_len), "--dtype", "float32",
                 # The picker scrapes /metrics 20 times a second; access lines would drown the log.
-                "--disable-uvicorn-access-log", *self.extra_args]
+                "--disable-uvicorn-access-log",
+                # Serves /inference/v1/generate and the render endpoints (off by default), which the
+                # picker routes too: the request-form tests send them through serve.
+                "--enable-scale-out", *self.extra_args]
 
     def environment(self) -> dict[str, str]:
         env = dict(os.environ)
