@@ -19,7 +19,7 @@ from .arrivals import LoadPlan
 from .engine import Engine, EngineRequest, Published
 from .latency import EngineLimits, LatencyModel
 from .metrics import DeltaReport, PodDelta
-from .picker import DEFAULT_LRU_CAPACITY_PER_SERVER, Decision, HashPlan, Picker, PodMetrics, Request
+from .picker import DEFAULT_LRU_CAPACITY_PER_SERVER, Decision, HashPlan, Hashed, Picker, PodMetrics, Request
 from .prefix import Tokenizer, server_block_keys, server_tokens
 
 # vLLM's default KV block size on GPUs (on CPU it is 128).
@@ -492,3 +492,32 @@ def simulate_under_load(prepared: Prepared, plan: LoadPlan, fleet: Fleet, *, see
     start = min(sent_at) if count else 0.0
     return LoadResult(pods, tuple(placements), prepared.prompt_lens, tuple(hit_tokens), explained, tuple(ttfts),
                       tuple(queue_times), now - start, tuple(sent_at), tuple(finished_at))
+
+
+class _RecordedPlacements:
+    """A replay's picker: each request goes to the pod a recorded run sent it to."""
+
+    def __init__(self, requests: Sequence[Request], pods: Sequence[str]):
+        self._pod_of = {id(request): pod for request, pod in zip(requests, pods)}
+
+    def choose(self, request: Request, pods: Sequence[PodMetrics], hashed: Hashed | None = None) -> str:
+        return self._pod_of[id(request)]
+
+
+def replay_recorded(prepared: Prepared, sent_at: Sequence[float], pods: Sequence[str], names: Sequence[str], *,
+                    num_gpu_blocks: int, limits: EngineLimits, latency: LatencyModel,
+                    seed: int | None = None) -> LoadResult:
+    """The simulated servers alone, on a recorded run's traffic: each request sent at its
+    recorded time to the pod it went to. No picker and no closed loop decide anything, so
+    what this gets wrong against the run is the engine and latency model's error alone, apart
+    from where and when the prediction would have sent the requests."""
+    if not len(sent_at) == len(pods) == len(prepared.requests):
+        raise ValueError(f"a replay needs a send time and a pod for each of the {len(prepared.requests)} requests, "
+                         f"not {len(sent_at)} and {len(pods)}")
+    unknown = sorted(set(pods) - set(names))
+    if unknown:
+        raise ValueError(f"recorded pods {unknown} are not among the replay's servers {list(names)}")
+    fleet = Fleet(tuple(names), (_RecordedPlacements(prepared.requests, pods),), num_gpu_blocks, limits, latency,
+                  reads_metrics=False)
+    plan = LoadPlan(sessions=(None,) * len(sent_at), send_at=tuple(sent_at))
+    return simulate_under_load(prepared, plan, fleet, seed=seed)

@@ -10,6 +10,7 @@ applies the chat template to chat requests).
 
 from __future__ import annotations
 
+import dataclasses
 import heapq
 import json
 import random
@@ -29,6 +30,7 @@ from .latency import DEFAULT_LIMITS, LatencyProfile, percentile
 from .metrics import DeltaReport, diff_reads
 from .picker import Request
 from .predict import Load, Prediction, run_prediction
+from .simulate import Prepared, prepare, replay_recorded
 from .serve import ROUTED_HEADER
 from .tinymodel import SIZES
 from .verify import UrlPods
@@ -123,6 +125,7 @@ def experiments(model: str, seed: int = 1) -> tuple[Experiment, ...]:
 class Sent:
     ttft: float | None  # seconds to the first streamed chunk; None when the request failed
     routed_to: str
+    sent_at: float  # time.monotonic() when the client sent it
 
 
 def _send(client: Any, body: Mapping[str, Any]) -> Sent:
@@ -138,9 +141,9 @@ def _send(client: Any, body: Mapping[str, Any]) -> Sent:
         for _ in response.parse():
             if ttft is None:
                 ttft = time.monotonic() - started
-        return Sent(ttft, routed_to)
+        return Sent(ttft, routed_to, started)
     except Exception:  # the openai client's APIError family and transport errors: counted as a failure
-        return Sent(None, routed_to)
+        return Sent(None, routed_to, started)
 
 
 def drive(url: str, arrivals: Sequence[Arrival], concurrency: int) -> list[Sent]:
@@ -186,7 +189,7 @@ def drive(url: str, arrivals: Sequence[Arrival], concurrency: int) -> list[Sent]
         thread.start()
     for thread in threads:
         thread.join(timeout=REQUEST_TIMEOUT * len(arrivals))
-    return [result or Sent(None, "?") for result in results]
+    return [result or Sent(None, "?", float("nan")) for result in results]
 
 
 @dataclass(frozen=True)
@@ -204,6 +207,9 @@ class Run:
     # histogram; predicted, over every simulated request's tokens after its first.
     itl_mean: float = 0.0
     failed: int = 0
+    # Measured runs only: TTFT p50 of the simulated servers replaying this run's own sends (its
+    # send times and pods): the latency model's share of the prediction's TTFT error.
+    replayed_ttft_p50: float = 0.0
 
 
 @contextmanager
@@ -258,7 +264,7 @@ def calibrate_pair(pair: VllmPair, progress: Callable[[str], None]) -> LatencyPr
 
 
 def measure(pair: VllmPair, experiment: Experiment, weights: Mapping[str, int] | None, round_robin: bool,
-            seed: int) -> tuple[Run, DeltaReport]:
+            seed: int) -> tuple[Run, DeltaReport, list[Sent]]:
     pair.reset_prefix_caches()
     pods = UrlPods(pair.backends)
     with serve_process(pair.backends, weights, round_robin, seed, pair.log_dir / "serve.log") as url:
@@ -276,7 +282,7 @@ def measure(pair: VllmPair, experiment: Experiment, weights: Mapping[str, int] |
 
     return Run(report.hit_rate or 0.0, busiest, percentile(ttfts, 0.5) or 0.0, percentile(ttfts, 0.95) or 0.0,
                ttft_mean=server_mean(TTFT_HISTOGRAM), itl_mean=server_mean(ITL_HISTOGRAM),
-               failed=sum(1 for s in sent if s.ttft is None)), report
+               failed=sum(1 for s in sent if s.ttft is None)), report, sent
 
 
 def server_totals(pair: VllmPair) -> dict[str, tuple[float, float]]:
@@ -308,6 +314,24 @@ class ServerCountedTokenizer:
 
     def encode(self, text: str) -> list[int]:
         return self._tokens[text]
+
+
+REPLAY_SEEDS = (1, 2, 3)  # the steps' jitter draws a replay is averaged over
+
+
+def replayed_ttft_p50(pair: VllmPair, profile: LatencyProfile, prepared: Prepared, sent: Sequence[Sent]) -> float:
+    """TTFT p50 of the simulated servers on a measured run's own traffic (`replay_recorded`),
+    the mean over REPLAY_SEEDS; 0 when a request of the run failed (it has no pod to replay on)."""
+    if any(s.ttft is None for s in sent):
+        return 0.0
+    start = min(s.sent_at for s in sent)
+    p50s = []
+    for seed in REPLAY_SEEDS:
+        result = replay_recorded(prepared, [s.sent_at - start for s in sent], [s.routed_to for s in sent],
+                                 list(pair.backends), num_gpu_blocks=pair.capacity_blocks,
+                                 limits=profile.limits or DEFAULT_LIMITS, latency=profile.latency, seed=seed)
+        p50s.append(percentile(result.ttfts, 0.5) or 0.0)
+    return mean(p50s)
 
 
 def predict_runs(pair: VllmPair, profile: LatencyProfile, experiment: Experiment, tokenizer: ServerCountedTokenizer,
@@ -359,14 +383,20 @@ def ranking(rows: Sequence[Row], side: int) -> list[str]:
 def format_rows(rows: Sequence[Row]) -> str:
     """The README's Markdown table: measured (mean, min–max over runs) against predicted."""
     lines = ["| workload | setting | hit rate measured (min–max) | predicted | error | busiest pod's share "
-             "measured / predicted | TTFT p50 measured / predicted | error | vLLM's own TTFT mean / predicted mean "
-             "| vLLM's own ITL mean / predicted | failed |",
-             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+             "measured / predicted | TTFT p50 measured / predicted | error | TTFT p50 replayed | error "
+             "| vLLM's own TTFT mean / predicted mean | vLLM's own ITL mean / predicted | failed |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for row in rows:
         measured_rate, predicted_rate = row.figure("hit_rate")
         rates = [r.hit_rate for r in row.measured]
         share_m, share_p = row.figure("busiest_share")
         ttft_m, ttft_p = row.figure("ttft_p50")
+        # Against the measured p50 of the same runs (a run with a failed request has no replay).
+        replays = [(r.replayed_ttft_p50, r.ttft_p50) for r in row.measured if r.replayed_ttft_p50]
+        replayed = "– | –"
+        if replays:
+            replay_p50, its_runs_p50 = (mean(values) for values in zip(*replays))
+            replayed = f"{replay_p50 * 1000:.0f} ms | {(replay_p50 / its_runs_p50 - 1) * 100:+.0f}%"
         server_m, mean_p = row.figure("ttft_mean")
         itl_m, itl_p = row.figure("itl_mean")
         failed = sum(r.failed for r in row.measured)
@@ -374,6 +404,7 @@ def format_rows(rows: Sequence[Row]) -> str:
                      f"| {predicted_rate:.1%} | {(predicted_rate - measured_rate) * 100:+.1f} pt "
                      f"| {share_m:.0%} / {share_p:.0%} | {ttft_m * 1000:.0f} / {ttft_p * 1000:.0f} ms "
                      f"| {(ttft_p / ttft_m - 1) * 100 if ttft_m else 0:+.0f}% "
+                     f"| {replayed} "
                      f"| {server_m * 1000:.0f} / {mean_p * 1000:.0f} ms | {itl_m * 1000:.1f} / {itl_p * 1000:.1f} ms "
                      f"| {failed} |")
     return "\n".join(lines)
@@ -422,14 +453,18 @@ def compare(pair: VllmPair, profile_for: Callable[[Experiment], LatencyProfile],
             continue
         profile = profile_for(experiment)
         tokenizer = ServerCountedTokenizer(pair.servers[0].url, experiment.arrivals)
+        prepared = prepare([a.request for a in experiment.arrivals], [a.output_tokens for a in experiment.arrivals],
+                           tokenizer, pair.block_size)
         for label, weights, round_robin in SETTINGS:
             measured = []
             for run in range(runs):
-                result, report = measure(pair, experiment, weights, round_robin, seed=100 + run)
+                result, report, sent = measure(pair, experiment, weights, round_robin, seed=100 + run)
+                result = dataclasses.replace(result, replayed_ttft_p50=replayed_ttft_p50(pair, profile, prepared, sent))
                 measured.append(result)
                 print(f"  {experiment.name} / {label} run {run + 1}: hit rate {result.hit_rate:.1%}, per pod "
-                      f"{[p.requests for p in report.pods]}, TTFT p50 {result.ttft_p50 * 1000:.0f} ms, "
-                      f"failed {result.failed}", file=out, flush=True)
+                      f"{[p.requests for p in report.pods]}, TTFT p50 {result.ttft_p50 * 1000:.0f} ms "
+                      f"(replayed {result.replayed_ttft_p50 * 1000:.0f} ms), failed {result.failed}",
+                      file=out, flush=True)
             predicted = predict_runs(pair, profile, experiment, tokenizer, weights, round_robin, range(1, seeds + 1))
             rows.append(Row(experiment.name, label, tuple(measured), tuple(predicted)))
     return rows

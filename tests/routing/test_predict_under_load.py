@@ -15,10 +15,10 @@ from routing.arrivals import Arrival, LoadPlan, load_arrivals, plan_load
 from routing.calibrate import (REQUESTS_PER_PHASE, CalibrateError, PhaseShape, calibrate, fit, histogram_totals,
                                replay_phase)
 from routing.latency import EngineLimits, LatencyModel, LatencyProfile, ProfileError, percentile
-from routing.picker import EndpointPicker, Request, RoundRobinPicker
+from routing.picker import EndpointPicker, Request, RoundRobinPicker, with_default_weights
 from routing.predict import Load, run_prediction
 from routing.prefix import EstimateTokenizer
-from routing.simulate import Fleet, prepare, simulate_under_load
+from routing.simulate import Fleet, prepare, replay_recorded, simulate_under_load
 from routing.workloads import WorkloadError, seed_shared, to_requests
 from test_predict import run_cli
 
@@ -181,6 +181,19 @@ def test_cli_explain_lays_out_each_scorer_and_the_margin(capsys):
     assert re.search(r"margin over the runner-up pod-\d: 2\.\d{3}", out)
 
 
+def test_cli_explain_with_json_is_the_breakdown_serve_returns(capsys):
+    status, out, _ = run_cli("--pods", "2", "--workload", "seed-shared", "--concurrency", "3", "--seed", "2",
+                             "--explain", "4", "--json", capsys=capsys)
+    assert status == 0
+    explained = json.loads(out)["explain"]
+    assert explained["request"] == 4 and explained["at"] > 0
+    assert {pod["pod"] for pod in explained["pods"]} == {"pod-0", "pod-1"}
+    assert explained["pods"][0]["pod"] == explained["chosen"]
+    chosen = explained["pods"][0]
+    assert chosen["total"] == pytest.approx(sum(part["weighted"] for part in chosen["scorers"]))
+    assert {"waiting", "running", "kvUsage", "matchedBlocks"} <= set(chosen)
+
+
 def test_cli_explain_outside_the_workload_is_an_error(capsys):
     status, _, err = run_cli("--pods", "2", "--explain", "12", capsys=capsys)
     assert status == 2 and "--explain 12: the workload has requests 0 to 11" in err
@@ -203,6 +216,30 @@ def test_a_bad_profile_names_the_file_and_the_fix(capsys, tmp_path):
         LatencyProfile.load(path)
     status, _, err = run_cli("--pods", "2", "--latency-profile", str(path), capsys=capsys)
     assert status == 2 and str(path) in err
+
+
+@pytest.mark.parametrize("key, value", [("blockSize", 0), ("numGpuBlocks", "80"), ("maxNumSeqs", -5),
+                                        ("maxNumBatchedTokens", True)])
+def test_a_profiles_cache_and_scheduler_sizes_must_be_whole_numbers(tmp_path, key, value):
+    good = LatencyProfile(LATENCY, 16, 80, LIMITS)
+    path = tmp_path / "p.json"
+    good.save(path)
+    assert LatencyProfile.load(path).num_gpu_blocks == 80
+    path.write_text(json.dumps({**good.to_json(), key: value}))
+    with pytest.raises(ProfileError, match=rf"{path}: {key}={re.escape(repr(value))} must be a whole number of at "
+                                           r"least 1 .*routing calibrate --out FILE"):
+        LatencyProfile.load(path)
+
+
+def test_calibrate_refuses_a_scrape_interval_the_gateways_picker_would_override(capsys):
+    from routing import calibrate as calibrate_command
+
+    parser = argparse.ArgumentParser()
+    calibrate_command.add_parser(parser.add_subparsers())
+    args = parser.parse_args(["calibrate", "--pod-url", "a=http://127.0.0.1:1", "--gateway-url", "http://127.0.0.1:2",
+                              "--scrape-interval", "0.2"])
+    assert args.func(args) == 2
+    assert "--scrape-interval 0.2 with --gateway-url" in capsys.readouterr().err
 
 
 # -- the weight advisor ----------------------------------------------------------------------------
@@ -245,6 +282,39 @@ def test_best_of_each_objective():
 def test_plot_needs_a_sweep(capsys, tmp_path):
     status, _, err = run_cli("--pods", "2", "--plot", str(tmp_path / "x.png"), capsys=capsys)
     assert status == 2 and "--plot" in err and "--sweep" in err
+
+
+def test_the_deploy_lines_of_a_sweep_include_the_weights_it_held(capsys):
+    # queue=3 came from --weights, not the stack: deploying only the swept prefix would deploy
+    # another setting than the one predicted.
+    status, out, _ = run_cli("--stack", "dev", "--model", "qwen-small", "--seed", "1", "--weights", "queue=3",
+                             "--sweep", "prefix=0..1", "--json", capsys=capsys)
+    assert status == 0
+    lines = json.loads(out)["pulumi"]
+    assert lines[0] == "pulumi config set --path 'models[1].weights.queue' 3 --stack dev"
+    assert [line.split("'")[1] for line in lines] == ["models[1].weights.queue", "models[1].weights.prefix"]
+
+
+@pytest.mark.parametrize("argv, message", [
+    (("--objective", "balance"), r"--objective balance: chooses among the settings of a sweep; add --sweep"),
+    (("--explain", "0", "--sweep", "prefix=0..1"), r"--explain 0: shows one setting's pick and --sweep predicts many"),
+])
+def test_options_that_would_be_ignored_are_refused(capsys, argv, message):
+    status, _, err = run_cli("--pods", "2", "--seed", "1", *argv, capsys=capsys)
+    assert status == 2 and re.search(message, err)
+
+
+def test_a_heat_map_of_one_weight_keeps_its_title_and_labels_on_the_figure(tmp_path):
+    import matplotlib.image
+    from routing.plot import MIN_WIDTH_INCHES, heat_map
+
+    results = [sweep.SettingResult({"prefix": p}, 0.5 + p / 10, (0.5, 0.6), 0.2, 0.1) for p in range(2)]
+    path = tmp_path / "one.png"
+    heat_map(results, str(path), title="Prediction for stack dev, model qwen-small (Qwen/Qwen2.5-0.5B-Instruct): "
+             "workload seed-shared, 3 runs per setting", best=results[1], objective="hit-rate")
+    height, width, _ = matplotlib.image.imread(path).shape
+    # Two cells alone would make a figure 3.3 inches wide, which clipped the title and the labels.
+    assert width >= MIN_WIDTH_INCHES * 130 - 1
 
 
 # -- calibrate's fit -------------------------------------------------------------------------------
@@ -425,6 +495,34 @@ def test_a_fleet_picks_the_same_with_the_picker_hashes_prepared_beforehand():
     assert results[1].hit_tokens == results[0].hit_tokens and len(set(results[0].placements)) == 3
 
 
+# -- a recorded run, replayed on the simulated servers ---------------------------------------------
+
+def test_replaying_a_runs_own_sends_and_pods_gives_its_first_token_times_and_hits():
+    # The benchmark replays each measured run this way; here the "run" is a prediction, so the
+    # replay must reproduce it exactly: same arrivals, same pods, steps without jitter. (The
+    # closed loop's first four leave at one instant, in the seed's order: the replay, with the
+    # same seed, sends that burst in the same order.)
+    latency = dataclasses.replace(LATENCY, overhead_s=0.002)
+    prompts = [f"tenant {n % 3} " * 60 + f"question {n}" for n in range(18)]
+    requests = [Request("m", p) for p in prompts]
+    prepared = prepare(requests, [8] * len(requests), EstimateTokenizer(), 16)
+    names = ("pod-0", "pod-1")
+    run = simulate_under_load(prepared, LoadPlan((None,) * 18, concurrency=4),
+                              Fleet(names, (EndpointPicker(with_default_weights(None), seed=2),), 40, LIMITS, latency, 0.05), seed=2)
+    replayed = replay_recorded(prepared, run.sent_at, run.placements, names, num_gpu_blocks=40, limits=LIMITS,
+                               latency=latency, seed=2)
+    assert replayed.placements == run.placements
+    assert replayed.ttfts == pytest.approx(run.ttfts)
+    assert replayed.hit_tokens == run.hit_tokens
+
+
+def test_a_replay_refuses_a_pod_it_has_no_server_for():
+    prepared = prepare([Request("m", "a" * 64)], [4], EstimateTokenizer(), 16)
+    with pytest.raises(ValueError, match=r"recorded pods \['vllm-c'\] are not among the replay's servers"):
+        replay_recorded(prepared, [0.0], ["vllm-c"], ["vllm-a", "vllm-b"], num_gpu_blocks=40, limits=LIMITS,
+                        latency=LATENCY)
+
+
 # -- what the server computes: server_tokens ------------------------------------------------------
 
 def test_a_batch_completion_is_one_request_per_prompt_serially_and_refused_under_load():
@@ -483,14 +581,15 @@ def test_the_benchmarks_target_tallies_count_each_target_and_name_the_rows_that_
         "same ranking of the settings by hit rate: 0/1 (different: chat)"]
 
 
-def test_the_benchmarks_table_shows_the_servers_own_means_beside_the_predicted_ones():
+def test_the_benchmarks_table_shows_the_replay_and_the_servers_own_means_beside_the_predicted_ones():
     from routing.underload import Row, Run, format_rows
 
+    # The run with a failed request has no replay: the replay's error is against the other run's p50.
     measured = (Run(0.8, 0.5, 0.130, 0.9, ttft_mean=0.450, itl_mean=0.0403, failed=1),
-                Run(0.8, 0.5, 0.150, 0.9, ttft_mean=0.430, itl_mean=0.0397, failed=0))
+                Run(0.8, 0.5, 0.150, 0.9, ttft_mean=0.430, itl_mean=0.0397, failed=0, replayed_ttft_p50=0.120))
     predicted = (Run(0.79, 0.5, 0.110, 0.8, ttft_mean=0.400, itl_mean=0.0416),)
     line = format_rows([Row("multi-tenant", "round-robin", measured, predicted)]).splitlines()[-1]
-    assert line.endswith("| -21% | 440 / 400 ms | 40.0 / 41.6 ms | 1 |")
+    assert line.endswith("| 140 / 110 ms | -21% | 120 ms | -20% | 440 / 400 ms | 40.0 / 41.6 ms | 1 |")
 
 
 def test_a_sweep_under_load_replays_round_robin_once_per_seed_with_the_same_figures(capsys, monkeypatch):
