@@ -97,8 +97,8 @@ def replica_pickers(configuration: Mapping[str, int] | EndpointPickerConfig, cou
                  for _ in range(count))
 
 
-def ttft_figures(ttfts: Sequence[float]) -> dict[str, float | None]:
-    return {f"p{round(q * 100)}": percentile(ttfts, q) for q in PERCENTILES}
+def percentile_figures(seconds: Sequence[float]) -> dict[str, float | None]:
+    return {f"p{round(q * 100)}": percentile(seconds, q) for q in PERCENTILES}
 
 
 @dataclass(frozen=True)
@@ -139,8 +139,10 @@ class Prediction:
         return self.capacity_blocks is None or self.best_cache_blocks <= self.capacity_blocks
 
     def to_json(self) -> dict:
-        return {**self.picker.to_json(), "ttft": ttft_figures(self.ttfts[0]),
-                "roundRobin": {**self.round_robin.to_json(), "ttft": ttft_figures(self.ttfts[1])},
+        return {**self.picker.to_json(), "ttft": percentile_figures(self.ttfts[0]),
+                "queue": percentile_figures(self.queue_times[0]),
+                "roundRobin": {**self.round_robin.to_json(), "ttft": percentile_figures(self.ttfts[1]),
+                               "queue": percentile_figures(self.queue_times[1])},
                 "bestHitRate": self.best.hit_rate}
 
 
@@ -250,8 +252,10 @@ def run_prediction(requests: Sequence[Request], *, weights: Mapping[str, int] | 
 def predict(workload: Sequence[Mapping[str, Any]], **options: Any) -> dict:
     """`run_prediction` of `workload` (OpenAI request bodies) as the JSON `predict --json` prints:
     {"pods": [{"pod", "requests", "hits", "queries", "hitRate"}], "hitRate", "ttft": {"p50",
-     "p95", "p99"}, "roundRobin": {"pods": [...], "hitRate", "ttft"}, "bestHitRate"} — hits and
-    queries in tokens, TTFT in seconds, hit rates None where there were no queries."""
+     "p95", "p99"}, "queue": {"p50", "p95", "p99"}, "roundRobin": {"pods": [...], "hitRate",
+     "ttft", "queue"}, "bestHitRate"} — hits and queries in tokens, TTFT and time in the
+    server's waiting queue in seconds (queue 0 serially), hit rates None where there were no
+    queries."""
     return run_prediction(to_requests(workload), **options).to_json()
 
 

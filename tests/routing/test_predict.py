@@ -142,8 +142,9 @@ def test_round_robin_splits_the_shared_batch_evenly_and_misses_once_per_pod():
 
 def test_json_has_exactly_the_documented_keys_with_token_counts():
     result = predict(seed_shared(), weights=DEFAULT, replicas=2, seed=1)
-    assert set(result) == {"pods", "hitRate", "ttft", "roundRobin", "bestHitRate"}
-    assert set(result["roundRobin"]) == {"pods", "hitRate", "ttft"}
+    assert set(result) == {"pods", "hitRate", "ttft", "queue", "roundRobin", "bestHitRate"}
+    assert set(result["roundRobin"]) == {"pods", "hitRate", "ttft", "queue"}
+    assert result["queue"] == {"p50": 0.0, "p95": 0.0, "p99": 0.0}  # serially, no request waits
     assert set(result["ttft"]) == {"p50", "p95", "p99"} and 0 < result["ttft"]["p50"] <= result["ttft"]["p99"]
     assert all(set(pod) == {"pod", "requests", "hits", "queries", "hitRate"} for pod in result["pods"])
     unused = next(pod for pod in result["pods"] if not pod["requests"])

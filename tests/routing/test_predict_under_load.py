@@ -169,8 +169,22 @@ def test_cli_json_under_load_keeps_the_keys_and_adds_ttft_and_the_spread(capsys)
     assert status == 0
     assert {"pods", "hitRate", "roundRobin", "bestHitRate", "ttft"} <= set(result)
     assert set(result["ttft"]) == {"p50", "p95", "p99"} and set(result["roundRobin"]["ttft"]) == {"p50", "p95", "p99"}
+    assert set(result["queue"]) == {"p50", "p95", "p99"} and set(result["roundRobin"]["queue"]) == {"p50", "p95", "p99"}
     low, high = result["spread"]["picker"]["hitRate"]
     assert result["spread"]["runs"] == 3 and low <= result["hitRate"] <= high
+
+
+def test_cli_json_queue_times_show_requests_waiting_for_a_sequence_slot(capsys):
+    def queue(max_num_seqs: str) -> dict:
+        status, out, _ = run_cli("--pods", "2", "--workload", "seed-shared", "--concurrency", "6", "--seed", "1",
+                                 "--max-num-seqs", max_num_seqs, "--json", capsys=capsys)
+        assert status == 0
+        return json.loads(out)["queue"]
+
+    # Six in flight (the shared batch all on one pod): with one sequence slot five of them wait
+    # for it; with 16 a request waits only for the step in progress to end.
+    one, sixteen = queue("1"), queue("16")
+    assert one["p50"] > 10 * sixteen["p50"] and one["p99"] > sixteen["p99"]
 
 
 def test_cli_explain_lays_out_each_scorer_and_the_margin(capsys):
@@ -507,8 +521,9 @@ def test_replaying_a_runs_own_sends_and_pods_gives_its_first_token_times_and_hit
     requests = [Request("m", p) for p in prompts]
     prepared = prepare(requests, [8] * len(requests), EstimateTokenizer(), 16)
     names = ("pod-0", "pod-1")
+    picker = EndpointPicker(with_default_weights(None), seed=2)
     run = simulate_under_load(prepared, LoadPlan((None,) * 18, concurrency=4),
-                              Fleet(names, (EndpointPicker(with_default_weights(None), seed=2),), 40, LIMITS, latency, 0.05), seed=2)
+                              Fleet(names, (picker,), 40, LIMITS, latency, 0.05), seed=2)
     replayed = replay_recorded(prepared, run.sent_at, run.placements, names, num_gpu_blocks=40, limits=LIMITS,
                                latency=latency, seed=2)
     assert replayed.placements == run.placements
