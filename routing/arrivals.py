@@ -173,6 +173,11 @@ class LoadPlan:
         return f"{len(self.send_at)} arrivals over {span:.1f}s"
 
 
+def replays_in_time(arrivals: Sequence[Arrival], *, rate: float | None, concurrency: int | None) -> bool:
+    """Whether `plan_load` gives a plan (`--rate`, `--concurrency` or "at" times), not serial."""
+    return rate is not None or concurrency is not None or any(arrival.at is not None for arrival in arrivals)
+
+
 def plan_load(arrivals: Sequence[Arrival], *, rate: float | None = None, concurrency: int | None = None,
               seed: int | None = None, weight_changes: Sequence[WeightChange] = ()) -> LoadPlan | None:
     """The plan `--rate` (Poisson arrivals), `--concurrency` or the workload's own times give;
@@ -188,7 +193,7 @@ def plan_load(arrivals: Sequence[Arrival], *, rate: float | None = None, concurr
             times.append(now)
             now += rng.expovariate(rate)
         return LoadPlan(sessions, send_at=tuple(times), weight_changes=changes)
-    if all(arrival.at is None for arrival in arrivals):
+    if not replays_in_time(arrivals, rate=rate, concurrency=concurrency):
         if changes:
             raise WorkloadError("the workload changes weights at set times, so it needs a clock: give its requests "
                                 '"at" times, or pass --rate or --concurrency')

@@ -25,7 +25,7 @@ from typing import Any, Mapping, Sequence
 from settings import lru_conflict
 
 from .arrivals import (DEFAULT_OUTPUT_TOKENS, Arrival, LoadPlan, WeightChange, load_arrivals, load_weight_changes,
-                       plan_load)
+                       plan_load, replays_in_time)
 from .engine import CapacityError
 from .latency import (DEFAULT_LATENCY, DEFAULT_LATENCY_NOTE, DEFAULT_LIMITS, EngineLimits, LatencyModel,
                       LatencyProfile, ProfileError, percentile)
@@ -442,9 +442,8 @@ def _setup(args: argparse.Namespace) -> _Setup:
     block_size = args.block_size or (profile and profile.block_size) or DEFAULT_BLOCK_SIZE
     capacity = args.capacity_blocks or (profile and profile.num_gpu_blocks) or DEFAULT_CAPACITY_BLOCKS
     replicas = args.picker_replicas or target.picker_replicas
-    timed = args.rate or args.concurrency or any(arrival.at is not None for arrival in arrivals)
     unknown = sum(1 for arrival in arrivals if arrival.length_unknown)
-    if timed and unknown:
+    if unknown and replays_in_time(arrivals, rate=args.rate, concurrency=args.concurrency):
         notes.append(f"{unknown} request(s) (chat, responses, ...) state no max_tokens: vLLM runs those to EOS or the "
                      f"end of the context, which the workload does not say; predicted at {DEFAULT_OUTPUT_TOKENS} "
                      "tokens each. Set max_tokens in the workload for their real length.")

@@ -7,7 +7,6 @@ from .model import (
     DEFAULT_WEIGHTS,
     GATEWAY_OWNER_LABEL,
     GATEWAY_SYSTEM_NAMESPACE,
-    LLMD_DEFAULT_PICKER_REPLICAS,
     VLLM_PORT,
     WEIGHT_NAMES,
     ClusterSettings,
@@ -26,9 +25,8 @@ from .stackfile import load_stack, read_stack_config, stack_file
 
 __all__ = [
     "NAMESPACE", "Problem", "SettingsError", "DEFAULT_WEIGHTS", "GATEWAY_OWNER_LABEL", "GATEWAY_SYSTEM_NAMESPACE",
-    "LLMD_DEFAULT_PICKER_REPLICAS", "VLLM_PORT", "WEIGHT_NAMES", "ClusterSettings", "GatewaySettings",
-    "GpuNodeSettings", "HyperPodSettings", "InstanceGroupSettings", "JwtSettings", "ModelSettings", "NodeGroupSize",
-    "PickerConfigMap", "Settings",
+    "VLLM_PORT", "WEIGHT_NAMES", "ClusterSettings", "GatewaySettings", "GpuNodeSettings", "HyperPodSettings",
+    "InstanceGroupSettings", "JwtSettings", "ModelSettings", "NodeGroupSize", "PickerConfigMap", "Settings",
     "DEFAULT_VLLM_IMAGE", "lru_conflict", "parse_settings", "parse_weight_overrides", "load_stack",
     "read_stack_config", "stack_file",
 ]

@@ -20,7 +20,7 @@ class LlmdRouter(pulumi.ComponentResource):
         # picker's pods), so `pulumi up` rolls the picker and nothing else.
         self.chart = k8s.helm.v4.Chart(f"{name}-router", chart=render.ROUTER_CHART, name=model.name,
                                        version=render.ROUTER_VERSION, namespace=settings.namespace,
-                                       values=render.router_values(model), opts=child)
+                                       values=render.router_values(model, settings), opts=child)
         route = render.http_route(model, settings)
         self.route = k8s.apiextensions.CustomResource(
             f"{name}-route", api_version=route["apiVersion"], kind=route["kind"], metadata=route["metadata"],

@@ -7,7 +7,7 @@ import hashlib
 from typing import Any
 
 from components.gateway_api.render import GATEWAY_CLASS, MODEL_HEADER
-from settings import LLMD_DEFAULT_PICKER_REPLICAS, ModelSettings, Settings
+from settings import ModelSettings, Settings
 from settings.picker import endpoint_picker_config_text
 
 # llm-d router v0.10.0: the release the llm-d distribution pins, and the one routing/ models
@@ -27,12 +27,12 @@ def config_checksum(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
-def router_values(model: ModelSettings) -> dict[str, Any]:
+def router_values(model: ModelSettings, settings: Settings) -> dict[str, Any]:
     """The chart's values: the pool selects the model's pods; the picker runs our configuration."""
     text = endpoint_picker_config_text(model)
     epp: dict[str, Any] = {
         "image": ROUTER_IMAGE,
-        "replicas": model.picker_replicas or LLMD_DEFAULT_PICKER_REPLICAS,
+        "replicas": settings.picker_replicas(model),
         "pluginsCustomConfig": {CONFIG_KEY: text},
         "pluginsConfigFile": CONFIG_KEY,
         # The picker reads its configuration only at start: a new hash rolls its pods.
