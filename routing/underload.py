@@ -26,7 +26,7 @@ from typing import Any, Callable, Iterator, Mapping, Sequence, TextIO
 
 from .arrivals import Arrival, plan_load
 from .calibrate import UrlPod, calibrate, histogram_totals
-from .latency import DEFAULT_LIMITS, LatencyProfile, percentile
+from .latency import DEFAULT_LIMITS, LatencyModel, LatencyProfile, percentile
 from .metrics import DeltaReport, diff_reads
 from .picker import Request
 from .predict import Load, Prediction, run_prediction
@@ -49,7 +49,11 @@ OUTPUT_TOKENS = 16
 # workload's prefixes fit in both servers' caches together but not in one.
 CAPACITY_BLOCKS = 80
 SERVER_ARGS = ("--num-gpu-blocks-override", str(CAPACITY_BLOCKS), "--max-num-seqs", "16",
-               "--max-num-batched-tokens", "2048")
+               "--max-num-batched-tokens", "2048",
+               # Each streamed answer's last chunk then carries vLLM's own timings for it (with
+               # stream_options.include_usage): its time from scheduled to first token is the
+               # engine's part of the client's TTFT, which the table sets against the prediction's.
+               "--enable-per-request-metrics")
 # tinymodel's `medium`: a ~1,200-token prefill costs about 1 s, so what the engine does, not
 # the front ends and the client sharing the machine, sets first-token time. (With `small`,
 # a quarter of that, TTFT p50 was predicted 20-50% low in most rows.)
@@ -126,6 +130,9 @@ class Sent:
     ttft: float | None  # seconds to the first streamed chunk; None when the request failed
     routed_to: str
     sent_at: float  # time.monotonic() when the client sent it
+    # vLLM's own time from scheduling the request to its first token (its per-request metrics):
+    # the engine's part of `ttft`. None when the server did not report it.
+    engine_ttft: float | None = None
 
 
 def _send(client: Any, body: Mapping[str, Any]) -> Sent:
@@ -134,14 +141,19 @@ def _send(client: Any, body: Mapping[str, Any]) -> Sent:
     routed_to = "?"
     try:
         create = client.chat.completions if "messages" in body else client.completions
-        response = create.with_raw_response.create(**params, stream=True, extra_body={"ignore_eos": True},
-                                                   timeout=REQUEST_TIMEOUT)
+        response = create.with_raw_response.create(**params, stream=True, stream_options={"include_usage": True},
+                                                   extra_body={"ignore_eos": True}, timeout=REQUEST_TIMEOUT)
         routed_to = response.headers.get(ROUTED_HEADER, "?")
-        ttft = None
-        for _ in response.parse():
+        ttft = engine_ttft = None
+        for chunk in response.parse():
             if ttft is None:
                 ttft = time.monotonic() - started
-        return Sent(ttft, routed_to, started)
+            # The usage chunk, last, has no choices and carries the metrics (a field the client's
+            # types do not declare, kept as an extra).
+            timings = (chunk.model_extra or {}).get("metrics") or {}
+            if timings.get("time_to_first_token_ms") is not None:
+                engine_ttft = timings["time_to_first_token_ms"] / 1000
+        return Sent(ttft, routed_to, started, engine_ttft)
     except Exception:  # the openai client's APIError family and transport errors: counted as a failure
         return Sent(None, routed_to, started)
 
@@ -210,6 +222,10 @@ class Run:
     # Measured runs only: TTFT p50 of the simulated servers replaying this run's own sends (its
     # send times and pods): the latency model's share of the prediction's TTFT error.
     replayed_ttft_p50: float = 0.0
+    # p50 of the engine's part of TTFT, from the request's scheduling to its first token:
+    # measured, as vLLM reports it per request; predicted, the simulated engine's. What is left
+    # of TTFT is the time outside the engine (client, gateway, API server) and in its queue.
+    engine_ttft_p50: float = 0.0
 
 
 @contextmanager
@@ -280,9 +296,11 @@ def measure(pair: VllmPair, experiment: Experiment, weights: Mapping[str, int] |
         total, count = (later - earlier for later, earlier in zip(after[name], histograms[name]))
         return total / count if count else 0.0
 
+    engine_ttfts = [s.engine_ttft for s in sent if s.engine_ttft is not None]
     return Run(report.hit_rate or 0.0, busiest, percentile(ttfts, 0.5) or 0.0, percentile(ttfts, 0.95) or 0.0,
                ttft_mean=server_mean(TTFT_HISTOGRAM), itl_mean=server_mean(ITL_HISTOGRAM),
-               failed=sum(1 for s in sent if s.ttft is None)), report, sent
+               failed=sum(1 for s in sent if s.ttft is None),
+               engine_ttft_p50=percentile(engine_ttfts, 0.5) or 0.0), report, sent
 
 
 def server_totals(pair: VllmPair) -> dict[str, tuple[float, float]]:
@@ -344,17 +362,28 @@ def predict_runs(pair: VllmPair, profile: LatencyProfile, experiment: Experiment
                                                 replicas=len(pair.servers), block_size=pair.block_size,
                                                 capacity_blocks=pair.capacity_blocks, tokenizer=tokenizer, seed=seed,
                                                 load=load, latency=profile.latency)
-        result, ttfts = ((prediction.round_robin, prediction.ttfts[1]) if round_robin
-                         else (prediction.picker, prediction.ttfts[0]))
+        side = 1 if round_robin else 0
+        result, ttfts = (prediction.picker, prediction.round_robin)[side], prediction.ttfts[side]
         busiest = max(p.requests for p in result.pods) / max(1, result.requests)
         # From a request's first token to its last, over the tokens after the first.
         decoding = sum(finished - (sent + ttft) for finished, sent, ttft, output in
                        zip(result.finished_at, result.sent_at, ttfts, load.output_lens) if output > 1)
         intervals = sum(output - 1 for output in load.output_lens if output > 1)
+        engine = engine_ttfts(ttfts, prediction.queue_times[side], result.prompt_lens, profile.latency)
         runs.append(Run(result.hit_rate or 0.0, busiest, percentile(ttfts, 0.5) or 0.0,
                         percentile(ttfts, 0.95) or 0.0, sum(ttfts) / len(ttfts),
-                        itl_mean=decoding / intervals if intervals else 0.0))
+                        itl_mean=decoding / intervals if intervals else 0.0,
+                        engine_ttft_p50=percentile(engine, 0.5) or 0.0))
     return runs
+
+
+def engine_ttfts(ttfts: Sequence[float], queue_times: Sequence[float], prompt_lens: Sequence[int],
+                 latency: LatencyModel) -> list[float]:
+    """Each simulated request's time from its scheduling to its first token, the part of TTFT
+    vLLM's per-request metrics report: TTFT less the way in (gateway and server overhead) and
+    the time waiting to be scheduled."""
+    return [ttft - latency.arrival_seconds(tokens) - queued
+            for ttft, queued, tokens in zip(ttfts, queue_times, prompt_lens)]
 
 
 # -- comparing -----------------------------------------------------------------------------------
@@ -384,8 +413,9 @@ def format_rows(rows: Sequence[Row]) -> str:
     """The README's Markdown table: measured (mean, min–max over runs) against predicted."""
     lines = ["| workload | setting | hit rate measured (min–max) | predicted | error | busiest pod's share "
              "measured / predicted | TTFT p50 measured / predicted | error | TTFT p50 replayed | error "
+             "| engine's part of TTFT p50 measured / predicted | error "
              "| vLLM's own TTFT mean / predicted mean | vLLM's own ITL mean / predicted | failed |",
-             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for row in rows:
         measured_rate, predicted_rate = row.figure("hit_rate")
         rates = [r.hit_rate for r in row.measured]
@@ -397,6 +427,12 @@ def format_rows(rows: Sequence[Row]) -> str:
         if replays:
             replay_p50, its_runs_p50 = (mean(values) for values in zip(*replays))
             replayed = f"{replay_p50 * 1000:.0f} ms | {(replay_p50 / its_runs_p50 - 1) * 100:+.0f}%"
+        # Over the runs whose server reported its timings (vLLM with --enable-per-request-metrics).
+        reported = [r.engine_ttft_p50 for r in row.measured if r.engine_ttft_p50]
+        engine = "– | –"
+        if reported:
+            engine_m, engine_p = mean(reported), row.figure("engine_ttft_p50")[1]
+            engine = f"{engine_m * 1000:.0f} / {engine_p * 1000:.0f} ms | {(engine_p / engine_m - 1) * 100:+.0f}%"
         server_m, mean_p = row.figure("ttft_mean")
         itl_m, itl_p = row.figure("itl_mean")
         failed = sum(r.failed for r in row.measured)
@@ -404,7 +440,7 @@ def format_rows(rows: Sequence[Row]) -> str:
                      f"| {predicted_rate:.1%} | {(predicted_rate - measured_rate) * 100:+.1f} pt "
                      f"| {share_m:.0%} / {share_p:.0%} | {ttft_m * 1000:.0f} / {ttft_p * 1000:.0f} ms "
                      f"| {(ttft_p / ttft_m - 1) * 100 if ttft_m else 0:+.0f}% "
-                     f"| {replayed} "
+                     f"| {replayed} | {engine} "
                      f"| {server_m * 1000:.0f} / {mean_p * 1000:.0f} ms | {itl_m * 1000:.1f} / {itl_p * 1000:.1f} ms "
                      f"| {failed} |")
     return "\n".join(lines)

@@ -55,6 +55,15 @@ def test_every_request_through_serve_succeeds(rows):
     assert {row.experiment for row in rows} == {"multi-tenant", "multi-turn chat", "cache pressure"}
 
 
+def test_every_run_reports_the_engines_part_of_first_token_time_from_vllm_itself(rows):
+    # vLLM's per-request metrics (scheduled to first token) ride on each answer's last chunk; the
+    # engine's part lies inside the client's TTFT, request by request, so its median does too.
+    for row in rows:
+        run = row.measured[0]
+        assert 0 < run.engine_ttft_p50 < run.ttft_p50, (row.experiment, row.setting)
+        assert all(0 < predicted.engine_ttft_p50 < predicted.ttft_p50 for predicted in row.predicted)
+
+
 def test_default_weights_have_the_best_hit_rate_measured_and_predicted(rows):
     for experiment in dict.fromkeys(row.experiment for row in rows):
         mine = [row for row in rows if row.experiment == experiment]

@@ -600,11 +600,36 @@ def test_the_benchmarks_table_shows_the_replay_and_the_servers_own_means_beside_
     from routing.underload import Row, Run, format_rows
 
     # The run with a failed request has no replay: the replay's error is against the other run's p50.
+    # The engine's part is over the runs whose server reported it (the first did not).
     measured = (Run(0.8, 0.5, 0.130, 0.9, ttft_mean=0.450, itl_mean=0.0403, failed=1),
-                Run(0.8, 0.5, 0.150, 0.9, ttft_mean=0.430, itl_mean=0.0397, failed=0, replayed_ttft_p50=0.120))
-    predicted = (Run(0.79, 0.5, 0.110, 0.8, ttft_mean=0.400, itl_mean=0.0416),)
-    line = format_rows([Row("multi-tenant", "round-robin", measured, predicted)]).splitlines()[-1]
-    assert line.endswith("| 140 / 110 ms | -21% | 120 ms | -20% | 440 / 400 ms | 40.0 / 41.6 ms | 1 |")
+                Run(0.8, 0.5, 0.150, 0.9, ttft_mean=0.430, itl_mean=0.0397, failed=0, replayed_ttft_p50=0.120,
+                    engine_ttft_p50=0.100))
+    predicted = (Run(0.79, 0.5, 0.110, 0.8, ttft_mean=0.400, itl_mean=0.0416, engine_ttft_p50=0.080),)
+    table = format_rows([Row("multi-tenant", "round-robin", measured, predicted)]).splitlines()
+    assert table[0].count("|") == table[1].count("|") == table[2].count("|")
+    assert table[2].endswith("| 140 / 110 ms | -21% | 120 ms | -20% | 100 / 80 ms | -20% | 440 / 400 ms "
+                             "| 40.0 / 41.6 ms | 1 |")
+    unreported = format_rows([Row("multi-tenant", "round-robin", measured[:1], predicted)]).splitlines()[-1]
+    assert "| – | – | – | – |" in unreported
+
+
+def test_the_engines_part_of_ttft_is_what_vllm_reports_per_request_scheduled_to_first_token():
+    from routing.underload import engine_ttfts
+
+    # Two requests of 100 prompt tokens, sent 1 ms apart to one idle server: the first is
+    # scheduled on arrival and prefilled in one step; the second arrives during that step,
+    # waits for it, then shares the next with the first one's decode (a budget of 101 tokens).
+    latency = dataclasses.replace(LATENCY, overhead_s=0.003, gateway_s=0.002)
+    limits = EngineLimits(max_num_seqs=8, max_num_batched_tokens=101)
+    prepared = prepare([Request("m", "a" * 400), Request("m", "b" * 400)], [4, 4], EstimateTokenizer(), 16)
+    result = replay_recorded(prepared, [0.0, 0.001], ["pod-0", "pod-0"], ["pod-0"], num_gpu_blocks=40,
+                             limits=limits, latency=latency)
+    assert result.prompt_lens == (100, 100)
+    first, second = latency.step_seconds(100, 0), latency.step_seconds(100, 1)
+    assert result.ttfts == pytest.approx((0.005 + first, 0.005 + first + second - 0.001))
+    assert result.queue_times == pytest.approx((0.0, 0.005 + first - 0.006))
+    engine = engine_ttfts(result.ttfts, result.queue_times, result.prompt_lens, latency)
+    assert engine == pytest.approx([first, second])
 
 
 def test_a_sweep_under_load_replays_round_robin_once_per_seed_with_the_same_figures(capsys, monkeypatch):
@@ -682,3 +707,26 @@ def test_the_gateway_hop_delays_every_requests_first_token_serially_and_under_lo
     loaded = [run_prediction(requests, replicas=2, seed=1, latency=model, load=Load(plan, (4,) * 6, LIMITS))
               for model in (LATENCY, through)]
     assert [b - a for a, b in zip(*(p.ttfts[0] for p in loaded))] == pytest.approx([0.007] * 6)
+
+
+def test_the_benchmarks_prediction_of_each_setting_is_that_settings_own_side():
+    from types import SimpleNamespace
+
+    from routing.underload import Experiment, predict_runs, tenants_workload
+
+    # Four tenants' prompts, each its own prefix: the picker keeps a tenant on one pod, round-robin
+    # spreads it, so their hit rates differ and each row must get its own.
+    experiment = Experiment("tenants", "", tuple(tenants_workload("m", 4, 24, 6, seed=1)), 4)
+    pair = SimpleNamespace(servers=("vllm-a", "vllm-b"), block_size=16, capacity_blocks=400)
+    profile = LatencyProfile(dataclasses.replace(LATENCY, overhead_s=0.002), limits=LIMITS)
+    picker, = predict_runs(pair, profile, experiment, EstimateTokenizer(), None, False, [1])
+    round_robin, = predict_runs(pair, profile, experiment, EstimateTokenizer(), None, True, [1])
+    load = Load(plan_load(experiment.arrivals, concurrency=4, seed=1), (16,) * 24, LIMITS)
+    prediction = run_prediction([a.request for a in experiment.arrivals], replicas=2, block_size=16,
+                                capacity_blocks=400, tokenizer=EstimateTokenizer(), seed=1, load=load,
+                                latency=profile.latency)
+    assert (picker.hit_rate, round_robin.hit_rate) == (prediction.picker.hit_rate, prediction.round_robin.hit_rate)
+    assert picker.hit_rate > round_robin.hit_rate
+    assert (picker.ttft_p50, round_robin.ttft_p50) == (percentile(prediction.ttfts[0], 0.5),
+                                                       percentile(prediction.ttfts[1], 0.5))
+    assert 0 < picker.engine_ttft_p50 < picker.ttft_p50 and 0 < round_robin.engine_ttft_p50 < round_robin.ttft_p50
