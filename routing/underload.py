@@ -296,11 +296,11 @@ def measure(pair: VllmPair, experiment: Experiment, weights: Mapping[str, int] |
         total, count = (later - earlier for later, earlier in zip(after[name], histograms[name]))
         return total / count if count else 0.0
 
-    engine_ttfts = [s.engine_ttft for s in sent if s.engine_ttft is not None]
+    reported = [s.engine_ttft for s in sent if s.engine_ttft is not None]
     return Run(report.hit_rate or 0.0, busiest, percentile(ttfts, 0.5) or 0.0, percentile(ttfts, 0.95) or 0.0,
                ttft_mean=server_mean(TTFT_HISTOGRAM), itl_mean=server_mean(ITL_HISTOGRAM),
                failed=sum(1 for s in sent if s.ttft is None),
-               engine_ttft_p50=percentile(engine_ttfts, 0.5) or 0.0), report, sent
+               engine_ttft_p50=percentile(reported, 0.5) or 0.0), report, sent
 
 
 def server_totals(pair: VllmPair) -> dict[str, tuple[float, float]]:
