@@ -21,20 +21,16 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from pathlib import Path
 
 from routing.latency import LatencyProfile
-from routing.underload import (HIDDEN_SIZE, LAYERS, SERVER_ARGS, Experiment, calibrate_pair, compare, format_rows,
+from routing.underload import (Experiment, add_pair_options, benchmark_pair, calibrate_pair, compare, format_rows,
                               ranking, target_tallies)
-from routing.vllm_server import (DEFAULT_START_TIMEOUT, REPO_ROOT, StepError, VllmUnavailable, resolve_vllm_python,
-                                 vllm_pair)
+from routing.vllm_server import DEFAULT_START_TIMEOUT, StepError, VllmUnavailable, resolve_vllm_python
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--vllm-python", help="python of the vLLM venv (default: $VLLM_PYTHON, else .venv-vllm)")
-    parser.add_argument("--work-dir", type=Path, default=REPO_ROOT / "build" / "under-load",
-                        help="where the tiny model and the server logs go")
+    add_pair_options(parser)
     parser.add_argument("--runs", type=int, default=3, help="measured runs per workload and setting (default 3)")
     parser.add_argument("--seeds", type=int, default=20, help="predicted runs (seeds) per workload and setting")
     parser.add_argument("--only", action="append", help="run only this workload (repeatable)")
@@ -51,9 +47,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     started = time.monotonic()
     try:
-        with vllm_pair(args.work_dir / f"tiny-model-h{HIDDEN_SIZE}-l{LAYERS}", args.work_dir / "logs", python,
-                       timeout=args.start_timeout, hidden_size=HIDDEN_SIZE, layers=LAYERS,
-                       extra_args=SERVER_ARGS) as pair:
+        with benchmark_pair(args.work_dir, python, timeout=args.start_timeout) as pair:
             profiles: list[LatencyProfile] = []
 
             def profile_for(experiment: Experiment) -> LatencyProfile:

@@ -10,6 +10,7 @@ applies the chat template to chat requests).
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import heapq
 import json
@@ -34,7 +35,7 @@ from .simulate import Prepared, prepare, replay_recorded
 from .serve import ROUTED_HEADER
 from .tinymodel import SIZES
 from .verify import UrlPods
-from .vllm_server import REPO_ROOT, VllmPair, free_port
+from .vllm_server import DEFAULT_START_TIMEOUT, REPO_ROOT, VllmPair, free_port, vllm_pair
 
 NO_PREFIX = {"prefix": 0, "queue": 3, "kvCache": 2}
 # (label, weights over the defaults, round-robin?)
@@ -269,6 +270,23 @@ def serve_process(backends: Mapping[str, str], weights: Mapping[str, int] | None
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait(timeout=10)
+
+
+def add_pair_options(parser: argparse.ArgumentParser) -> None:
+    """The options of a command that starts `benchmark_pair`: --vllm-python and --work-dir."""
+    parser.add_argument("--vllm-python", help="python of the vLLM venv (default: $VLLM_PYTHON, else .venv-vllm)")
+    parser.add_argument("--work-dir", type=Path, default=REPO_ROOT / "build" / "under-load",
+                        help="where the tiny model and the server logs go")
+
+
+@contextmanager
+def benchmark_pair(work_dir: Path, vllm_python: str, *, timeout: float = DEFAULT_START_TIMEOUT,
+                   out: TextIO | None = None) -> Iterator[VllmPair]:
+    """The two servers these workloads run on: the tiny model at HIDDEN_SIZE × LAYERS, built
+    into `work_dir` unless it is there, with SERVER_ARGS; logs in `work_dir`/logs."""
+    with vllm_pair(work_dir / f"tiny-model-h{HIDDEN_SIZE}-l{LAYERS}", work_dir / "logs", vllm_python, out=out,
+                   timeout=timeout, hidden_size=HIDDEN_SIZE, layers=LAYERS, extra_args=SERVER_ARGS) as pair:
+        yield pair
 
 
 def calibrate_pair(pair: VllmPair, progress: Callable[[str], None]) -> LatencyProfile:

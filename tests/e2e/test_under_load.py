@@ -19,8 +19,7 @@ from __future__ import annotations
 
 import pytest
 
-from routing.underload import HIDDEN_SIZE, LAYERS, SERVER_ARGS, calibrate_pair, compare, format_rows, ranking
-from routing.vllm_server import vllm_pair
+from routing.underload import benchmark_pair, calibrate_pair, compare, format_rows, ranking
 
 # Points of hit rate between prediction and one measured run. With the default weights the
 # prefix scorer decides: runs measured what was predicted within a point, except under cache
@@ -42,8 +41,7 @@ ORDER_DEPENDENT = {("multi-turn chat", "round-robin")}
 @pytest.fixture(scope="module")
 def rows(vllm_python, tmp_path_factory, progress):
     work = tmp_path_factory.mktemp("under-load")
-    with vllm_pair(work / "tiny-model", work / "logs", vllm_python, out=progress, hidden_size=HIDDEN_SIZE,
-                   layers=LAYERS, extra_args=SERVER_ARGS) as pair:
+    with benchmark_pair(work, vllm_python, out=progress) as pair:
         profile = calibrate_pair(pair, progress=lambda line: progress.write(line + "\n"))
         result = compare(pair, lambda experiment: profile, runs=1, seeds=3, out=progress)
     progress.write(format_rows(result) + "\n")
