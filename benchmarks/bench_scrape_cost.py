@@ -4,10 +4,11 @@ fresh prompt, with nobody reading /metrics and with a reader at the picker's int
     .venv/bin/python -m benchmarks.bench_scrape_cost [--rounds 3] [--interval 0.05] [--vllm-python PATH]
 
 The under-load benchmark's two servers (routing/underload.py: the `medium` tiny model, its
-server flags); on both at once, each round sends to each server a ~1,150-token prefix of its
+server flags); on both at once, each round sends to each server a ~1,200-token prefix of its
 own, then 12 hits on it (the prefix and a short question) and 4 fresh ~1,500-token prompts,
-one request at a time, first unscraped and then scraped, after one such round unmeasured (the two conditions alternate within
-one pair of servers, so the machine's drift falls on both). Times are vLLM's own per request,
+one request at a time, first unscraped and then scraped, after one such round unmeasured
+(the two conditions alternate within one pair of servers, so the machine's drift falls on
+both). Times are vLLM's own per request,
 from scheduling to first token (`--enable-per-request-metrics`), so neither the client nor
 the scraper's own work is counted, only what it takes from the engine. This is why
 `calibrate` measures pods while they are scraped as the picker will scrape them.
@@ -63,8 +64,8 @@ def main(argv: list[str] | None = None) -> int:
     add_pair_options(parser)
     parser.add_argument("--rounds", type=int, default=3, help="unscraped-then-scraped rounds (default 3)")
     parser.add_argument("--interval", type=float, default=DEFAULT_SCRAPE_INTERVAL,
-                        help=f"seconds between the scraper's reads of each server (default {DEFAULT_SCRAPE_INTERVAL:g}, "
-                             "the picker's)")
+                        help="seconds between the scraper's reads of each server (default "
+                             f"{DEFAULT_SCRAPE_INTERVAL:g}, the picker's)")
     args = parser.parse_args(argv)
     if args.rounds < 1 or not args.interval > 0:
         parser.error("--rounds must be at least 1 and --interval above 0")
@@ -114,10 +115,11 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     print(f"\nvLLM's scheduled-to-first-token time, median over {args.rounds} round(s) on both servers "
           f"(scraper every {args.interval * 1000:g} ms):")
-    for kind, label in (("hit", f"cache hit after the ~1,150-token prefix ({HITS} per server per round)"),
+    for kind, label in (("hit", f"cache hit on the ~1,200-token prefix ({HITS} per server per round)"),
                         ("miss", f"fresh ~1,500-token prompt ({MISSES} per server per round)")):
         quiet, scraped = (statistics.median(figures[condition][kind]) for condition in ("unscraped", "scraped"))
-        print(f"  {label}: {quiet * 1000:.0f} ms unscraped, {scraped * 1000:.0f} ms scraped ({scraped / quiet - 1:+.0%})")
+        print(f"  {label}: {quiet * 1000:.0f} ms unscraped, {scraped * 1000:.0f} ms scraped "
+              f"({scraped / quiet - 1:+.0%})")
     print(f"({time.monotonic() - started:.0f} s in all)")
     return 0
 
