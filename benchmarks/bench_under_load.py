@@ -13,7 +13,8 @@ time-aware simulation from the calibrated profile. Prints measured (mean and ran
 --runs) against predicted (mean over --seeds), the errors, each run's own traffic replayed on
 the simulated servers, the engine's part of TTFT (vLLM's per-request timings against the
 simulated engine's), the ranking of the three settings
-by hit rate on each side, and how many rows meet each of issue 7's targets.
+by hit rate on each side, and how many rows meet each of issue 7's targets; and, for each run
+and each calibration, the cores the client, `serve` and the vLLM API servers used meanwhile.
 """
 
 from __future__ import annotations

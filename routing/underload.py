@@ -14,6 +14,7 @@ import argparse
 import dataclasses
 import heapq
 import json
+import os
 import random
 import subprocess
 import sys
@@ -227,14 +228,32 @@ class Run:
     # measured, as vLLM reports it per request; predicted, the simulated engine's. What is left
     # of TTFT is the time outside the engine (client, gateway, API server) and in its queue.
     engine_ttft_p50: float = 0.0
+    # Measured runs only: the cores (CPU seconds per second) the front ends used while the
+    # workload ran (FrontEndCpu.describe): the CPU they took from the engines' two cores.
+    front_ends: str = ""
+
+
+@dataclass(frozen=True)
+class ServeProcess:
+    url: str
+    pid: int
+
+
+def cpu_seconds(pid: int) -> float:
+    """CPU time (user and system, every thread) a running process has used, from /proc."""
+    with open(f"/proc/{pid}/stat") as stat:
+        # utime and stime are fields 14 and 15; the command name before them, in parentheses,
+        # may hold spaces of its own: count from after its last ")".
+        fields = stat.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 @contextmanager
 def serve_process(backends: Mapping[str, str], weights: Mapping[str, int] | None, round_robin: bool,
-                  seed: int, log: Path) -> Iterator[str]:
+                  seed: int, log: Path) -> Iterator[ServeProcess]:
     """`python -m routing serve` in its own process, as the gateway is its own pod: the client
-    driving the load then shares no interpreter with it. Yields its URL once every backend
-    has had a good scrape."""
+    driving the load then shares no interpreter with it. Yields its URL and pid once every
+    backend has had a good scrape."""
     port = free_port()
     command = [sys.executable, "-m", "routing", "serve", "--port", str(port), "--seed", str(seed)]
     for name, url in backends.items():
@@ -262,7 +281,7 @@ def serve_process(backends: Mapping[str, str], weights: Mapping[str, int] | None
             if time.monotonic() > deadline:
                 raise RuntimeError(f"serve did not see every backend within {SERVE_START_TIMEOUT:g}s; see {log}")
             time.sleep(0.1)
-        yield url
+        yield ServeProcess(url, process.pid)
     finally:
         process.terminate()
         try:
@@ -293,17 +312,47 @@ def calibrate_pair(pair: VllmPair, progress: Callable[[str], None]) -> LatencyPr
     """`calibrate` on the pair's servers, with a `serve` (default weights) as the gateway: its
     picker scrapes the servers meanwhile, and calibrate times its hop."""
     pods = [UrlPod(name, url) for name, url in pair.backends.items()]
-    with serve_process(pair.backends, None, False, 0, pair.log_dir / "serve.log") as url:
-        return calibrate(pods, gateway=UrlPod("serve", url), progress=progress)
+    with serve_process(pair.backends, None, False, 0, pair.log_dir / "serve.log") as serve:
+        with FrontEndCpu(serve.pid, [server.process.pid for server in pair.servers]) as cpu:
+            profile = calibrate(pods, gateway=UrlPod("serve", serve.url), progress=progress)
+    progress(f"  while calibrating (its fit's own CPU included): {cpu.describe()}")
+    return profile
+
+
+class FrontEndCpu:
+    """The cores the front ends used over a `with` block: this process (the client), `serve`,
+    and the vLLM servers' API server processes (not their engine core and worker)."""
+
+    def __init__(self, serve_pid: int, api_server_pids: Sequence[int]):
+        self.serve_pid, self.api_server_pids = serve_pid, tuple(api_server_pids)
+        self.client_cores = self.serve_cores = self.api_server_cores = 0.0
+
+    def _read(self) -> tuple[float, float, float, float]:
+        return (time.monotonic(), time.process_time(), cpu_seconds(self.serve_pid),
+                sum(map(cpu_seconds, self.api_server_pids)))
+
+    def __enter__(self) -> FrontEndCpu:
+        self._started = self._read()
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        wall, client, serve, api = (end - start for end, start in zip(self._read(), self._started))
+        wall = max(1e-9, wall)
+        self.client_cores, self.serve_cores, self.api_server_cores = client / wall, serve / wall, api / wall
+
+    def describe(self) -> str:
+        return (f"client {self.client_cores:.2f}, serve {self.serve_cores:.2f}, API servers "
+                f"{self.api_server_cores:.2f} of a core")
 
 
 def measure(pair: VllmPair, experiment: Experiment, weights: Mapping[str, int] | None, round_robin: bool,
             seed: int) -> tuple[Run, DeltaReport, list[Sent]]:
     pair.reset_prefix_caches()
     pods = UrlPods(pair.backends)
-    with serve_process(pair.backends, weights, round_robin, seed, pair.log_dir / "serve.log") as url:
+    with serve_process(pair.backends, weights, round_robin, seed, pair.log_dir / "serve.log") as serve:
         before, histograms = pods.read(), server_totals(pair)
-        sent = drive(url, experiment.arrivals, experiment.concurrency)
+        with FrontEndCpu(serve.pid, [server.process.pid for server in pair.servers]) as cpu:
+            sent = drive(serve.url, experiment.arrivals, experiment.concurrency)
         time.sleep(0.5)  # vLLM bumps its counters just after the last response
         report = diff_reads(before, pods.read())
         after = server_totals(pair)
@@ -318,7 +367,8 @@ def measure(pair: VllmPair, experiment: Experiment, weights: Mapping[str, int] |
     return Run(report.hit_rate or 0.0, busiest, percentile(ttfts, 0.5) or 0.0, percentile(ttfts, 0.95) or 0.0,
                ttft_mean=server_mean(TTFT_HISTOGRAM), itl_mean=server_mean(ITL_HISTOGRAM),
                failed=sum(1 for s in sent if s.ttft is None),
-               engine_ttft_p50=percentile(reported, 0.5) or 0.0), report, sent
+               engine_ttft_p50=percentile(reported, 0.5) or 0.0,
+               front_ends=cpu.describe()), report, sent
 
 
 def server_totals(pair: VllmPair) -> dict[str, tuple[float, float]]:
@@ -517,7 +567,8 @@ def compare(pair: VllmPair, profile_for: Callable[[Experiment], LatencyProfile],
                 measured.append(result)
                 print(f"  {experiment.name} / {label} run {run + 1}: hit rate {result.hit_rate:.1%}, per pod "
                       f"{[p.requests for p in report.pods]}, TTFT p50 {result.ttft_p50 * 1000:.0f} ms "
-                      f"(replayed {result.replayed_ttft_p50 * 1000:.0f} ms), failed {result.failed}",
+                      f"(replayed {result.replayed_ttft_p50 * 1000:.0f} ms), failed {result.failed}; "
+                      f"{result.front_ends}",
                       file=out, flush=True)
             predicted = predict_runs(pair, profile, experiment, tokenizer, weights, round_robin, range(1, seeds + 1))
             rows.append(Row(experiment.name, label, tuple(measured), tuple(predicted)))

@@ -730,3 +730,38 @@ def test_the_benchmarks_prediction_of_each_setting_is_that_settings_own_side():
     assert (picker.ttft_p50, round_robin.ttft_p50) == (percentile(prediction.ttfts[0], 0.5),
                                                        percentile(prediction.ttfts[1], 0.5))
     assert 0 < picker.engine_ttft_p50 < picker.ttft_p50 and 0 < round_robin.engine_ttft_p50 < round_robin.ttft_p50
+
+
+def test_a_process_cpu_seconds_are_what_the_process_counted_itself():
+    import subprocess
+    import sys
+
+    from routing.underload import cpu_seconds
+
+    # A stand-in for `serve`: it burns about 0.3 s of CPU, reports its own count, then idles.
+    burner = subprocess.Popen([sys.executable, "-c", "import sys, time\nwhile time.process_time() < 0.3: pass\n"
+                               "print(time.process_time(), flush=True)\ntime.sleep(30)"],
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        own_count = float(burner.stdout.readline())
+        # /proc counts in clock ticks (10 ms here): within two of them.
+        assert cpu_seconds(burner.pid) == pytest.approx(own_count, abs=0.02)
+    finally:
+        burner.kill()
+        burner.wait(timeout=10)
+
+
+def test_the_front_ends_cpu_is_cpu_seconds_per_second_of_the_block(monkeypatch):
+    from routing import underload
+
+    # Over 10 s of the block, this process used 1.5 s of CPU, serve 4 s and the two API servers
+    # 2 s and 3 s.
+    clocks = {"monotonic": iter([100.0, 110.0]), "process_time": iter([2.0, 3.5]),
+              4242: iter([7.0, 11.0]), 1: iter([5.0, 7.0]), 2: iter([1.0, 4.0])}
+    monkeypatch.setattr(underload.time, "monotonic", lambda: next(clocks["monotonic"]))
+    monkeypatch.setattr(underload.time, "process_time", lambda: next(clocks["process_time"]))
+    monkeypatch.setattr(underload, "cpu_seconds", lambda pid: next(clocks[pid]))
+    with underload.FrontEndCpu(4242, [1, 2]) as cpu:
+        pass
+    assert (cpu.client_cores, cpu.serve_cores, cpu.api_server_cores) == pytest.approx((0.15, 0.40, 0.50))
+    assert cpu.describe() == "client 0.15, serve 0.40, API servers 0.50 of a core"
