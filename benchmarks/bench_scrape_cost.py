@@ -93,9 +93,10 @@ def main(argv: list[str] | None = None) -> int:
                         results[name] = one_server(url, model, f"Server {name} round {round_number} {condition}",
                                                    random.Random(f"{round_number}/{condition}/{name}"))
 
-                    scraper = Scraper([UrlPod(name, url) for name, url in pair.backends.items()], args.interval)
+                    scraper = (Scraper([UrlPod(name, url) for name, url in pair.backends.items()], args.interval)
+                               if condition == "scraped" else contextlib.nullcontext())
                     threads = [threading.Thread(target=run, args=item) for item in pair.backends.items()]
-                    with scraper if condition == "scraped" else contextlib.nullcontext():
+                    with scraper:
                         for thread in threads:
                             thread.start()
                         for thread in threads:

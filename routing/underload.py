@@ -313,7 +313,7 @@ def calibrate_pair(pair: VllmPair, progress: Callable[[str], None]) -> LatencyPr
     picker scrapes the servers meanwhile, and calibrate times its hop."""
     pods = [UrlPod(name, url) for name, url in pair.backends.items()]
     with serve_process(pair.backends, None, False, 0, pair.log_dir / "serve.log") as serve:
-        with FrontEndCpu(serve.pid, [server.process.pid for server in pair.servers]) as cpu:
+        with FrontEndCpu.of(serve, pair) as cpu:
             profile = calibrate(pods, gateway=UrlPod("serve", serve.url), progress=progress)
     progress(f"  while calibrating (its fit's own CPU included): {cpu.describe()}")
     return profile
@@ -326,6 +326,10 @@ class FrontEndCpu:
     def __init__(self, serve_pid: int, api_server_pids: Sequence[int]):
         self.serve_pid, self.api_server_pids = serve_pid, tuple(api_server_pids)
         self.client_cores = self.serve_cores = self.api_server_cores = 0.0
+
+    @classmethod
+    def of(cls, serve: ServeProcess, pair: VllmPair) -> FrontEndCpu:
+        return cls(serve.pid, [server.process.pid for server in pair.servers])
 
     def _read(self) -> tuple[float, float, float, float]:
         return (time.monotonic(), time.process_time(), cpu_seconds(self.serve_pid),
@@ -351,7 +355,7 @@ def measure(pair: VllmPair, experiment: Experiment, weights: Mapping[str, int] |
     pods = UrlPods(pair.backends)
     with serve_process(pair.backends, weights, round_robin, seed, pair.log_dir / "serve.log") as serve:
         before, histograms = pods.read(), server_totals(pair)
-        with FrontEndCpu(serve.pid, [server.process.pid for server in pair.servers]) as cpu:
+        with FrontEndCpu.of(serve, pair) as cpu:
             sent = drive(serve.url, experiment.arrivals, experiment.concurrency)
         time.sleep(0.5)  # vLLM bumps its counters just after the last response
         report = diff_reads(before, pods.read())
