@@ -8,13 +8,15 @@ more than the two servers' contention for two cores), with a small KV cache (80 
 workload (`--calibrate-once`: once at the start), `serve` as the gateway whose hop it times;
 then sends three workloads with the real
 `openai` client through a fresh `serve` per run (caches emptied first), with the default
-weights, prefix=0,queue=3,kvCache=2 and round-robin, and predicts each with `predict`'s
+weights, prefix=0,queue=3,kvCache=2 and round-robin taking turns (a run of each per round),
+and predicts each with `predict`'s
 time-aware simulation from the calibrated profile. Prints measured (mean and range over
 --runs) against predicted (mean over --seeds), the errors, each run's own traffic replayed on
 the simulated servers, the engine's part of TTFT (vLLM's per-request timings against the
 simulated engine's), the ranking of the three settings
 by hit rate on each side, and how many rows meet each of issue 7's targets; and, for each run
-and each calibration, the cores the client, `serve` and the vLLM API servers used meanwhile.
+and each calibration, the cores the client, `serve` and the vLLM API servers used meanwhile,
+and those the hypervisor took (steal).
 """
 
 from __future__ import annotations

@@ -229,8 +229,9 @@ class Run:
     # of TTFT is the time outside the engine (client, gateway, API server) and in its queue.
     engine_ttft_p50: float = 0.0
     # Measured runs only: the cores (CPU seconds per second) the front ends used while the
-    # workload ran (FrontEndCpu.describe): the CPU they took from the engines' two cores.
-    front_ends: str = ""
+    # workload ran, and those the hypervisor took (CpuTakers.describe): the CPU the engines'
+    # two cores gave to something else.
+    cpu_takers: str = ""
 
 
 @dataclass(frozen=True)
@@ -246,6 +247,16 @@ def cpu_seconds(pid: int) -> float:
         # may hold spaces of its own: count from after its last ")".
         fields = stat.read().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def stolen_cpu_seconds() -> float:
+    """CPU time the hypervisor has run something else while this VM's cores wanted to run
+    (steal, summed over the cores), from /proc/stat: a slower machine that this shows is time
+    taken from it, one that it does not is a slower core (clock, caches, memory)."""
+    with open("/proc/stat") as stat:
+        # The first line sums every core: "cpu user nice system idle iowait irq softirq steal ...".
+        steal = int(stat.readline().split()[8])
+    return steal / os.sysconf("SC_CLK_TCK")
 
 
 @contextmanager
@@ -313,40 +324,42 @@ def calibrate_pair(pair: VllmPair, progress: Callable[[str], None]) -> LatencyPr
     picker scrapes the servers meanwhile, and calibrate times its hop."""
     pods = [UrlPod(name, url) for name, url in pair.backends.items()]
     with serve_process(pair.backends, None, False, 0, pair.log_dir / "serve.log") as serve:
-        with FrontEndCpu.of(serve, pair) as cpu:
+        with CpuTakers.of(serve, pair) as cpu:
             profile = calibrate(pods, gateway=UrlPod("serve", serve.url), progress=progress)
     progress(f"  while calibrating (its fit's own CPU included): {cpu.describe()}")
     return profile
 
 
-class FrontEndCpu:
-    """The cores the front ends used over a `with` block: this process (the client), `serve`,
-    and the vLLM servers' API server processes (not their engine core and worker)."""
+class CpuTakers:
+    """The cores that went to something besides the engines over a `with` block: the front
+    ends (this process, the client; `serve`; the vLLM servers' API server processes, not their
+    engine core and worker) and the hypervisor (steal)."""
 
     def __init__(self, serve_pid: int, api_server_pids: Sequence[int]):
         self.serve_pid, self.api_server_pids = serve_pid, tuple(api_server_pids)
-        self.client_cores = self.serve_cores = self.api_server_cores = 0.0
+        self.client_cores = self.serve_cores = self.api_server_cores = self.stolen_cores = 0.0
 
     @classmethod
-    def of(cls, serve: ServeProcess, pair: VllmPair) -> FrontEndCpu:
+    def of(cls, serve: ServeProcess, pair: VllmPair) -> CpuTakers:
         return cls(serve.pid, [server.process.pid for server in pair.servers])
 
-    def _read(self) -> tuple[float, float, float, float]:
+    def _read(self) -> tuple[float, float, float, float, float]:
         return (time.monotonic(), time.process_time(), cpu_seconds(self.serve_pid),
-                sum(map(cpu_seconds, self.api_server_pids)))
+                sum(map(cpu_seconds, self.api_server_pids)), stolen_cpu_seconds())
 
-    def __enter__(self) -> FrontEndCpu:
+    def __enter__(self) -> CpuTakers:
         self._started = self._read()
         return self
 
     def __exit__(self, *_exc: object) -> None:
-        wall, client, serve, api = (end - start for end, start in zip(self._read(), self._started))
+        wall, client, serve, api, stolen = (end - start for end, start in zip(self._read(), self._started))
         wall = max(1e-9, wall)
-        self.client_cores, self.serve_cores, self.api_server_cores = client / wall, serve / wall, api / wall
+        self.client_cores, self.serve_cores = client / wall, serve / wall
+        self.api_server_cores, self.stolen_cores = api / wall, stolen / wall
 
     def describe(self) -> str:
         return (f"client {self.client_cores:.2f}, serve {self.serve_cores:.2f}, API servers "
-                f"{self.api_server_cores:.2f} of a core")
+                f"{self.api_server_cores:.2f} of a core; the hypervisor took {self.stolen_cores:.2f}")
 
 
 def measure(pair: VllmPair, experiment: Experiment, weights: Mapping[str, int] | None, round_robin: bool,
@@ -355,7 +368,7 @@ def measure(pair: VllmPair, experiment: Experiment, weights: Mapping[str, int] |
     pods = UrlPods(pair.backends)
     with serve_process(pair.backends, weights, round_robin, seed, pair.log_dir / "serve.log") as serve:
         before, histograms = pods.read(), server_totals(pair)
-        with FrontEndCpu.of(serve, pair) as cpu:
+        with CpuTakers.of(serve, pair) as cpu:
             sent = drive(serve.url, experiment.arrivals, experiment.concurrency)
         time.sleep(0.5)  # vLLM bumps its counters just after the last response
         report = diff_reads(before, pods.read())
@@ -372,7 +385,7 @@ def measure(pair: VllmPair, experiment: Experiment, weights: Mapping[str, int] |
                ttft_mean=server_mean(TTFT_HISTOGRAM), itl_mean=server_mean(ITL_HISTOGRAM),
                failed=sum(1 for s in sent if s.ttft is None),
                engine_ttft_p50=percentile(reported, 0.5) or 0.0,
-               front_ends=cpu.describe()), report, sent
+               cpu_takers=cpu.describe()), report, sent
 
 
 def server_totals(pair: VllmPair) -> dict[str, tuple[float, float]]:
@@ -554,7 +567,9 @@ def compare(pair: VllmPair, profile_for: Callable[[Experiment], LatencyProfile],
             out: TextIO, only: Sequence[str] | None = None) -> list[Row]:
     """Every experiment × setting: `runs` measured runs and `seeds` predicted ones, predicted
     from `profile_for(experiment)`, which is asked for just before the experiment's runs (so
-    it may calibrate the servers as they are then)."""
+    it may calibrate the servers as they are then). The settings take turns, a run of each in
+    every round, so that the machine's speed moving over the experiment's minutes (as this VM's
+    does) slows every setting alike rather than whichever ran while it was slow."""
     rows = []
     for experiment in experiments(pair.tokenizer.model):
         if only and experiment.name not in only:
@@ -563,17 +578,18 @@ def compare(pair: VllmPair, profile_for: Callable[[Experiment], LatencyProfile],
         tokenizer = ServerCountedTokenizer(pair.servers[0].url, experiment.arrivals)
         prepared = prepare([a.request for a in experiment.arrivals], [a.output_tokens for a in experiment.arrivals],
                            tokenizer, pair.block_size)
-        for label, weights, round_robin in SETTINGS:
-            measured = []
-            for run in range(runs):
+        measured: dict[str, list[Run]] = {label: [] for label, _, _ in SETTINGS}
+        for run in range(runs):
+            for label, weights, round_robin in SETTINGS:
                 result, report, sent = measure(pair, experiment, weights, round_robin, seed=100 + run)
                 result = dataclasses.replace(result, replayed_ttft_p50=replayed_ttft_p50(pair, profile, prepared, sent))
-                measured.append(result)
+                measured[label].append(result)
                 print(f"  {experiment.name} / {label} run {run + 1}: hit rate {result.hit_rate:.1%}, per pod "
                       f"{[p.requests for p in report.pods]}, TTFT p50 {result.ttft_p50 * 1000:.0f} ms "
                       f"(replayed {result.replayed_ttft_p50 * 1000:.0f} ms), failed {result.failed}; "
-                      f"{result.front_ends}",
+                      f"{result.cpu_takers}",
                       file=out, flush=True)
+        for label, weights, round_robin in SETTINGS:
             predicted = predict_runs(pair, profile, experiment, tokenizer, weights, round_robin, range(1, seeds + 1))
-            rows.append(Row(experiment.name, label, tuple(measured), tuple(predicted)))
+            rows.append(Row(experiment.name, label, tuple(measured[label]), tuple(predicted)))
     return rows

@@ -751,17 +751,66 @@ def test_a_process_cpu_seconds_are_what_the_process_counted_itself():
         burner.wait(timeout=10)
 
 
-def test_the_front_ends_cpu_is_cpu_seconds_per_second_of_the_block(monkeypatch):
+def test_the_cpu_takers_are_cpu_seconds_per_second_of_the_block(monkeypatch):
     from routing import underload
 
-    # Over 10 s of the block, this process used 1.5 s of CPU, serve 4 s and the two API servers
-    # 2 s and 3 s.
+    # Over 10 s of the block, this process used 1.5 s of CPU, serve 4 s, the two API servers
+    # 2 s and 3 s, and the hypervisor ran something else for 0.5 s of the cores' time.
     clocks = {"monotonic": iter([100.0, 110.0]), "process_time": iter([2.0, 3.5]),
-              4242: iter([7.0, 11.0]), 1: iter([5.0, 7.0]), 2: iter([1.0, 4.0])}
+              4242: iter([7.0, 11.0]), 1: iter([5.0, 7.0]), 2: iter([1.0, 4.0]), "steal": iter([20.0, 20.5])}
     monkeypatch.setattr(underload.time, "monotonic", lambda: next(clocks["monotonic"]))
     monkeypatch.setattr(underload.time, "process_time", lambda: next(clocks["process_time"]))
     monkeypatch.setattr(underload, "cpu_seconds", lambda pid: next(clocks[pid]))
-    with underload.FrontEndCpu(4242, [1, 2]) as cpu:
+    monkeypatch.setattr(underload, "stolen_cpu_seconds", lambda: next(clocks["steal"]))
+    with underload.CpuTakers(4242, [1, 2]) as cpu:
         pass
-    assert (cpu.client_cores, cpu.serve_cores, cpu.api_server_cores) == pytest.approx((0.15, 0.40, 0.50))
-    assert cpu.describe() == "client 0.15, serve 0.40, API servers 0.50 of a core"
+    assert (cpu.client_cores, cpu.serve_cores, cpu.api_server_cores, cpu.stolen_cores) == pytest.approx(
+        (0.15, 0.40, 0.50, 0.05))
+    assert cpu.describe() == ("client 0.15, serve 0.40, API servers 0.50 of a core; the hypervisor took 0.05")
+
+
+def test_stolen_cpu_seconds_is_the_steal_column_of_proc_stat(monkeypatch, tmp_path):
+    import builtins
+    import os
+
+    from routing import underload
+
+    # Two cores' sums; steal, the 8th figure, is 250 ticks: 2.5 s at 100 ticks a second.
+    stat = tmp_path / "stat"
+    stat.write_text("cpu  9130 14 779 5464 55 0 20 250 0 0\ncpu0 4039 6 341 3321 15 0 7 120 0 0\n")
+    real_open = builtins.open
+    monkeypatch.setattr(builtins, "open", lambda path, *a, **k: real_open(stat if path == "/proc/stat" else path, *a, **k))
+    monkeypatch.setattr(os, "sysconf", lambda name: 100)
+    assert underload.stolen_cpu_seconds() == 2.5
+
+
+def test_the_benchmark_measures_the_settings_in_turns_and_tables_each_settings_own_runs(monkeypatch):
+    import io
+    from types import SimpleNamespace
+
+    from routing import underload
+
+    # Stand-ins for the servers: each measured run returns its own place in the order of runs.
+    order = []
+
+    def measure(pair, experiment, weights, round_robin, seed):
+        order.append((experiment.name, weights, round_robin, seed))
+        run = underload.Run(hit_rate=len(order) / 100, busiest_share=0.5, ttft_p50=0.1, ttft_p95=0.2)
+        return run, SimpleNamespace(pods=[]), []
+
+    monkeypatch.setattr(underload, "measure", measure)
+    monkeypatch.setattr(underload, "ServerCountedTokenizer", lambda url, arrivals: None)
+    monkeypatch.setattr(underload, "prepare", lambda *args: None)
+    monkeypatch.setattr(underload, "replayed_ttft_p50", lambda *args: 0.0)
+    monkeypatch.setattr(underload, "predict_runs", lambda *args: [])
+    pair = SimpleNamespace(tokenizer=SimpleNamespace(model="tiny"), servers=[SimpleNamespace(url="")], block_size=16)
+
+    rows = underload.compare(pair, lambda experiment: None, runs=2, seeds=1, out=io.StringIO(), only=["multi-tenant"])
+
+    settings = [(weights, round_robin) for _, weights, round_robin in underload.SETTINGS]
+    # A round of every setting, then the next round: drift over the minutes slows all alike.
+    assert [(weights, round_robin, seed) for _, weights, round_robin, seed in order] == (
+        [(*setting, 100) for setting in settings] + [(*setting, 101) for setting in settings])
+    assert [row.setting for row in rows] == [label for label, _, _ in underload.SETTINGS]
+    # Each row holds its own setting's two runs, the 1st and 4th, the 2nd and 5th, the 3rd and 6th.
+    assert [[run.hit_rate for run in row.measured] for row in rows] == [[0.01, 0.04], [0.02, 0.05], [0.03, 0.06]]
