@@ -249,11 +249,11 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def stolen_cpu_seconds() -> float:
+def stolen_cpu_seconds(proc_stat: str | Path = "/proc/stat") -> float:
     """CPU time the hypervisor has run something else while this VM's cores wanted to run
     (steal, summed over the cores), from /proc/stat: a slower machine that this shows is time
     taken from it, one that it does not is a slower core (clock, caches, memory)."""
-    with open("/proc/stat") as stat:
+    with open(proc_stat) as stat:
         # The first line sums every core: "cpu user nice system idle iowait irq softirq steal ...".
         steal = int(stat.readline().split()[8])
     return steal / os.sysconf("SC_CLK_TCK")

@@ -770,7 +770,6 @@ def test_the_cpu_takers_are_cpu_seconds_per_second_of_the_block(monkeypatch):
 
 
 def test_stolen_cpu_seconds_is_the_steal_column_of_proc_stat(monkeypatch, tmp_path):
-    import builtins
     import os
 
     from routing import underload
@@ -778,10 +777,8 @@ def test_stolen_cpu_seconds_is_the_steal_column_of_proc_stat(monkeypatch, tmp_pa
     # Two cores' sums; steal, the 8th figure, is 250 ticks: 2.5 s at 100 ticks a second.
     stat = tmp_path / "stat"
     stat.write_text("cpu  9130 14 779 5464 55 0 20 250 0 0\ncpu0 4039 6 341 3321 15 0 7 120 0 0\n")
-    real_open = builtins.open
-    monkeypatch.setattr(builtins, "open", lambda path, *a, **k: real_open(stat if path == "/proc/stat" else path, *a, **k))
     monkeypatch.setattr(os, "sysconf", lambda name: 100)
-    assert underload.stolen_cpu_seconds() == 2.5
+    assert underload.stolen_cpu_seconds(stat) == 2.5
 
 
 def test_the_benchmark_measures_the_settings_in_turns_and_tables_each_settings_own_runs(monkeypatch):
