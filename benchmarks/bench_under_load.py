@@ -6,7 +6,9 @@ Starts two servers of a tiny model built here (wider than the demo's, so that pr
 more than the two servers' contention for two cores), with a small KV cache (80 blocks of
 128 tokens each, `--num-gpu-blocks-override`); calibrates them with `calibrate` before each
 workload (`--calibrate-once`: once at the start), `serve` as the gateway whose hop it times;
-then sends three workloads with the real
+measures how far apart replies that one step ends reach the client when each sends its next
+request at once (`reply_spacing_seconds`: the client and `serve` take requests one at a
+time), which the prediction spaces such requests by; then sends three workloads with the real
 `openai` client through a fresh `serve` per run (caches emptied first), with the default
 weights, prefix=0,queue=3,kvCache=2 and round-robin taking turns (a run of each per round),
 and predicts each with `predict`'s

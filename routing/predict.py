@@ -64,6 +64,7 @@ class Load:
     output_lens: tuple[int, ...]
     limits: EngineLimits = DEFAULT_LIMITS
     scrape_interval: float = DEFAULT_SCRAPE_INTERVAL
+    send_spacing: float = 0.0  # Fleet.send_spacing: requests sent together reach the picker this far apart
 
 
 class ReplicatedPicker:
@@ -216,7 +217,7 @@ def run_prediction(requests: Sequence[Request], *, weights: Mapping[str, int] | 
     def fleet_result(fleet_pickers: tuple[Picker, ...], reads_metrics: bool, keep: int | None,
                      repick: Any = None) -> LoadResult:
         fleet = Fleet(names, fleet_pickers, capacity_blocks, load.limits, latency, load.scrape_interval,
-                      reads_metrics, repick)
+                      reads_metrics, repick, load.send_spacing)
         return simulate_under_load(prepared, load.plan, fleet, seed=seed, explain=keep)
 
     def repick(overrides: Mapping[str, int], number: int) -> tuple[EndpointPicker, ...]:
@@ -314,6 +315,10 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                       help="picker replicas, each with its own prefix index (default: as the stack deploys them: "
                            "its pickerReplicas, else 2 on HyperPod's controller and 1 with the llm-d router; 1 "
                            "with --pods)")
+    load.add_argument("--send-spacing", type=positive_seconds, metavar="S",
+                      help="requests sent at one moment reach the picker one at a time, S seconds apart, as "
+                           "through a load generator in one process or a gateway on one event loop (default: "
+                           "each is picked as it is sent)")
     parser.add_argument("--explain", type=int, metavar="N",
                         help="show request N's pick (0 = the first): every pod's score per scorer, weighted, "
                              "summed, and the margin over the runner-up")
@@ -407,7 +412,7 @@ class _Setup:
         if plan is None:
             return None
         return Load(plan, tuple(arrival.output_tokens for arrival in self.arrivals), self.limits,
-                    args.scrape_interval)
+                    args.scrape_interval, args.send_spacing or 0.0)
 
     def predict(self, args: argparse.Namespace, weights: Mapping[str, int], seed: int,
                 explain: int | None = None) -> Prediction:
@@ -447,6 +452,12 @@ def _setup(args: argparse.Namespace) -> _Setup:
         notes.append(f"{unknown} request(s) (chat, responses, ...) state no max_tokens: vLLM runs those to EOS or the "
                      f"end of the context, which the workload does not say; predicted at {DEFAULT_OUTPUT_TOKENS} "
                      "tokens each. Set max_tokens in the workload for their real length.")
+    if args.send_spacing:
+        if not replays_in_time(arrivals, rate=args.rate, concurrency=args.concurrency):
+            raise PredictError(f"--send-spacing {args.send_spacing:g}: a serial replay sends one request at a time, "
+                               "so no two are sent at one moment; add --rate or --concurrency, or drop it")
+        notes.append(f"requests sent at one moment reach the picker {args.send_spacing * 1000:.1f} ms apart, one at "
+                     "a time (--send-spacing); TTFT runs from the send")
     changes = load_weight_changes(args.workload)
     for change in changes:
         notes.append(f"at {change.at:g}s the weights change to "

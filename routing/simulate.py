@@ -229,6 +229,12 @@ class Fleet:
     reads_metrics: bool = True  # False for round-robin, which never looks at the pods
     # Fresh replicas for the plan's weight change number n (weights, n); None: weights never change.
     repick: Callable[[Mapping[str, int], int], tuple[Picker, ...]] | None = None
+    # Seconds apart at which requests sent together reach the picker, one at a time: each is
+    # picked then, from the scrapes of its own moment. A load generator in one process and a
+    # gateway on one event loop (the benchmark's client and `serve`) take each request in
+    # turn; 0: each is picked the moment it is sent, as many clients and a concurrent gateway
+    # (Envoy with the picker) would have it.
+    send_spacing: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -307,14 +313,26 @@ def simulate_under_load(prepared: Prepared, plan: LoadPlan, fleet: Fleet, *, see
     # heap holds only the few events the run makes (arrivals at engines and step ends).
     events: list[tuple[float, int, int, int]] = []
     order = itertools.count()
-    SEND, ARRIVE, STEP_END, WEIGHTS = 0, 1, 2, 3
+    SEND, ARRIVE, STEP_END, WEIGHTS, PICK = 0, 1, 2, 3, 4
     stepping = [False] * len(engines)
     pickers = list(fleet.pickers)
     planned: list[tuple[float, int, int, int]] = []
     if fleet.repick is not None:
         planned += [(change.at, next(order), WEIGHTS, number) for number, change in enumerate(plan.weight_changes)]
 
+    send_spacing = fleet.send_spacing
+    spaced_until = float("-inf")
+
     def send(index: int, now: float) -> None:
+        nonlocal spaced_until
+        sent_at[index] = now  # TTFT runs from here, the moment the client means to send
+        if send_spacing:
+            spaced_until = max(now, spaced_until) + send_spacing
+            heapq.heappush(events, (spaced_until, next(order), PICK, index))
+        else:
+            pick(index, now)
+
+    def pick(index: int, now: float) -> None:
         nonlocal explained
         replica = rng.randrange(len(fleet.pickers)) if len(fleet.pickers) > 1 else 0
         if reads_metrics:
@@ -341,7 +359,6 @@ def simulate_under_load(prepared: Prepared, plan: LoadPlan, fleet: Fleet, *, see
         else:
             placements[index] = pickers[replica].choose(
                 prepared.requests[index], seen, (hash_plan, picker_hashes[index]) if picker_hashes else None)
-        sent_at[index] = now
         heapq.heappush(events, (now + arrival(prepared.prompt_lens[index]), next(order), ARRIVE, index))
 
     # Sessions: a turn waits for its session's previous turn.
@@ -469,6 +486,8 @@ def simulate_under_load(prepared: Prepared, plan: LoadPlan, fleet: Fleet, *, see
                                                     prepared.output_lens[payload], now))
             if not stepping[engine_index]:
                 start_step(engine_index, now)
+        elif kind == PICK:
+            pick(payload, now)
         elif kind == SEND:
             # Every send planned for this instant (a timed workload's burst), sent together.
             batch = [payload]
@@ -506,7 +525,7 @@ class _RecordedPlacements:
 
 def replay_recorded(prepared: Prepared, sent_at: Sequence[float], pods: Sequence[str], names: Sequence[str], *,
                     num_gpu_blocks: int, limits: EngineLimits, latency: LatencyModel,
-                    seed: int | None = None) -> LoadResult:
+                    seed: int | None = None, send_spacing: float = 0.0) -> LoadResult:
     """The simulated servers alone, on a recorded run's traffic: each request sent at its
     recorded time to the pod it went to. No picker and no closed loop decide anything, so
     what this gets wrong against the run is the engine and latency model's error alone, apart
@@ -518,6 +537,6 @@ def replay_recorded(prepared: Prepared, sent_at: Sequence[float], pods: Sequence
     if unknown:
         raise ValueError(f"recorded pods {unknown} are not among the replay's servers {list(names)}")
     fleet = Fleet(tuple(names), (_RecordedPlacements(prepared.requests, pods),), num_gpu_blocks, limits, latency,
-                  reads_metrics=False)
+                  reads_metrics=False, send_spacing=send_spacing)
     plan = LoadPlan(sessions=(None,) * len(sent_at), send_at=tuple(sent_at))
     return simulate_under_load(prepared, plan, fleet, seed=seed)

@@ -16,11 +16,13 @@ import heapq
 import json
 import os
 import random
+import statistics
 import subprocess
 import sys
 import threading
 import time
 import urllib.request
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -135,6 +137,7 @@ class Sent:
     # vLLM's own time from scheduling the request to its first token (its per-request metrics):
     # the engine's part of `ttft`. None when the server did not report it.
     engine_ttft: float | None = None
+    ended_at: float | None = None  # time.monotonic() when the reply's last chunk came
 
 
 def _send(client: Any, body: Mapping[str, Any]) -> Sent:
@@ -155,7 +158,7 @@ def _send(client: Any, body: Mapping[str, Any]) -> Sent:
             timings = (chunk.model_extra or {}).get("metrics") or {}
             if timings.get("time_to_first_token_ms") is not None:
                 engine_ttft = timings["time_to_first_token_ms"] / 1000
-        return Sent(ttft, routed_to, started, engine_ttft)
+        return Sent(ttft, routed_to, started, engine_ttft, time.monotonic())
     except Exception:  # the openai client's APIError family and transport errors: counted as a failure
         return Sent(None, routed_to, started)
 
@@ -204,6 +207,61 @@ def drive(url: str, arrivals: Sequence[Arrival], concurrency: int) -> list[Sent]
     for thread in threads:
         thread.join(timeout=REQUEST_TIMEOUT * len(arrivals))
     return [result or Sent(None, "?", float("nan")) for result in results]
+
+
+SPACING_ROUNDS = 8  # rounds `reply_spacing_seconds` measures
+SAME_STEP_S = 0.005  # first tokens this close together came from one engine step
+
+
+def same_step_spacing(replies: Sequence[Sent]) -> float | None:
+    """Of the replies whose first tokens one step sampled (one pod's, within SAME_STEP_S;
+    the step with the most), the last end less the first over their number less one; None
+    when no step sampled two."""
+    ended = [reply for reply in replies if reply.ttft is not None and reply.ended_at is not None]
+    steps = []
+    for pod in {reply.routed_to for reply in ended}:
+        firsts = sorted((reply.sent_at + reply.ttft, reply.ended_at) for reply in ended if reply.routed_to == pod)
+        steps += [[end for first, end in firsts if start <= first <= start + SAME_STEP_S] for start, _ in firsts]
+    ends = sorted(max(steps, key=len, default=[]))
+    return (ends[-1] - ends[0]) / (len(ends) - 1) if len(ends) > 1 else None
+
+
+def _reply_then_next(client: Any, first: Mapping[str, Any], then: Mapping[str, Any],
+                     release: threading.Barrier) -> Sent:
+    release.wait()
+    reply = _send(client, first)
+    _send(client, then)
+    return reply
+
+
+def reply_spacing_seconds(gateway_url: str, model: str, arrivals: Sequence[Arrival], concurrency: int,
+                          rounds: int = SPACING_ROUNDS) -> float:
+    """How far apart the replies one engine step ends reach this client when each makes it
+    send its next request at once, as a closed loop's replies do.
+
+    Per round, `concurrency` threads (as `drive` has) send the workload's first bodies
+    together through the gateway, and each sends the body after them the moment its reply
+    ends, as the closed loop starts. Replies whose prefill one step did decode in lockstep
+    (their lengths are equal) and end in one step; each next request the client builds and
+    the gateway reads and picks holds up the ends still on their way through both
+    (`same_step_spacing`). The median over the rounds in which two replies shared a step; 0
+    if none did."""
+    from openai import OpenAI
+
+    client = OpenAI(base_url=gateway_url + "/v1", api_key="unused", max_retries=0)
+    spacings = []
+    for number in range(rounds):
+        release = threading.Barrier(concurrency)
+        with ThreadPoolExecutor(concurrency) as pool:
+            replies = list(pool.map(
+                lambda index: _reply_then_next(
+                    client, arrivals[index % len(arrivals)].body,
+                    arrivals[(concurrency + index) % len(arrivals)].body, release),
+                range(concurrency)))
+        spacing = same_step_spacing(replies)
+        if spacing is not None:
+            spacings.append(spacing)
+    return statistics.median(spacings) if spacings else 0.0
 
 
 @dataclass(frozen=True)
@@ -422,7 +480,8 @@ class ServerCountedTokenizer:
 REPLAY_SEEDS = (1, 2, 3)  # the steps' jitter draws a replay is averaged over
 
 
-def replayed_ttft_p50(pair: VllmPair, profile: LatencyProfile, prepared: Prepared, sent: Sequence[Sent]) -> float:
+def replayed_ttft_p50(pair: VllmPair, profile: LatencyProfile, prepared: Prepared, sent: Sequence[Sent],
+                      send_s: float) -> float:
     """TTFT p50 of the simulated servers on a measured run's own traffic (`replay_recorded`),
     the mean over REPLAY_SEEDS; 0 when a request of the run failed (it has no pod to replay on)."""
     if any(s.ttft is None for s in sent):
@@ -432,17 +491,20 @@ def replayed_ttft_p50(pair: VllmPair, profile: LatencyProfile, prepared: Prepare
     for seed in REPLAY_SEEDS:
         result = replay_recorded(prepared, [s.sent_at - start for s in sent], [s.routed_to for s in sent],
                                  list(pair.backends), num_gpu_blocks=pair.capacity_blocks,
-                                 limits=profile.limits or DEFAULT_LIMITS, latency=profile.latency, seed=seed)
+                                 limits=profile.limits or DEFAULT_LIMITS, latency=profile.latency, seed=seed,
+                                 send_spacing=send_s)
         p50s.append(percentile(result.ttfts, 0.5) or 0.0)
     return mean(p50s)
 
 
 def predict_runs(pair: VllmPair, profile: LatencyProfile, experiment: Experiment, tokenizer: ServerCountedTokenizer,
-                 weights: Mapping[str, int] | None, round_robin: bool, seeds: Sequence[int]) -> list[Run]:
+                 weights: Mapping[str, int] | None, round_robin: bool, seeds: Sequence[int],
+                 send_s: float = 0.0) -> list[Run]:
     runs = []
     for seed in seeds:
         plan = plan_load(experiment.arrivals, concurrency=experiment.concurrency, seed=seed)
-        load = Load(plan, tuple(a.output_tokens for a in experiment.arrivals), profile.limits or DEFAULT_LIMITS)
+        load = Load(plan, tuple(a.output_tokens for a in experiment.arrivals), profile.limits or DEFAULT_LIMITS,
+                    send_spacing=send_s)
         prediction: Prediction = run_prediction([a.request for a in experiment.arrivals], weights=weights,
                                                 replicas=len(pair.servers), block_size=pair.block_size,
                                                 capacity_blocks=pair.capacity_blocks, tokenizer=tokenizer, seed=seed,
@@ -578,11 +640,20 @@ def compare(pair: VllmPair, profile_for: Callable[[Experiment], LatencyProfile],
         tokenizer = ServerCountedTokenizer(pair.servers[0].url, experiment.arrivals)
         prepared = prepare([a.request for a in experiment.arrivals], [a.output_tokens for a in experiment.arrivals],
                            tokenizer, pair.block_size)
+        # One client process and `serve` on one event loop: what a step's finishes release reaches
+        # the picker one request at a time.
+        with serve_process(pair.backends, None, False, 0, pair.log_dir / "serve.log") as serve:
+            send_s = reply_spacing_seconds(serve.url, pair.tokenizer.model, experiment.arrivals,
+                                           experiment.concurrency)
+        print(f"  replies one step ends reach the client {send_s * 1000:.1f} ms apart when each sends its next "
+              f"request through serve (median of {SPACING_ROUNDS} rounds of {experiment.concurrency})",
+              file=out, flush=True)
         measured: dict[str, list[Run]] = {label: [] for label, _, _ in SETTINGS}
         for run in range(runs):
             for label, weights, round_robin in SETTINGS:
                 result, report, sent = measure(pair, experiment, weights, round_robin, seed=100 + run)
-                result = dataclasses.replace(result, replayed_ttft_p50=replayed_ttft_p50(pair, profile, prepared, sent))
+                result = dataclasses.replace(result, replayed_ttft_p50=replayed_ttft_p50(pair, profile, prepared, sent,
+                                                                                         send_s))
                 measured[label].append(result)
                 print(f"  {experiment.name} / {label} run {run + 1}: hit rate {result.hit_rate:.1%}, per pod "
                       f"{[p.requests for p in report.pods]}, TTFT p50 {result.ttft_p50 * 1000:.0f} ms "
@@ -590,6 +661,7 @@ def compare(pair: VllmPair, profile_for: Callable[[Experiment], LatencyProfile],
                       f"{result.cpu_takers}",
                       file=out, flush=True)
         for label, weights, round_robin in SETTINGS:
-            predicted = predict_runs(pair, profile, experiment, tokenizer, weights, round_robin, range(1, seeds + 1))
+            predicted = predict_runs(pair, profile, experiment, tokenizer, weights, round_robin, range(1, seeds + 1),
+                                     send_s)
             rows.append(Row(experiment.name, label, tuple(measured[label]), tuple(predicted)))
     return rows

@@ -6,6 +6,7 @@ import argparse
 import dataclasses
 import json
 import re
+from pathlib import Path
 
 import pytest
 
@@ -63,6 +64,64 @@ def test_explain_shows_what_the_last_scrape_read():
     busy = seen[result.placements[0]]
     assert busy.running == 1 and busy.kv_usage > 0
     assert result.explained.decision.pod != result.placements[0]
+
+
+class FewestRunning:
+    """A picker that takes the pod whose last scrape shows the fewest running requests, the
+    first of them on a tie, and notes what each pick saw."""
+
+    def __init__(self):
+        self.seen: list[tuple[str, tuple[int, ...]]] = []
+
+    def choose(self, request, pods, hashed=None) -> str:
+        self.seen.append((request.prompt, tuple(pod.running for pod in pods)))
+        return min(pods, key=lambda pod: pod.running).name
+
+    def hash_plan(self, reported_block_size):
+        return None
+
+
+def test_requests_sent_together_and_spaced_on_their_way_are_each_picked_from_the_scrapes_of_its_moment():
+    # Steps of 0.1 s, scrapes every millisecond, 50 ms from a send to the pod: spent after the
+    # pick (a concurrent gateway's hop) or before it (requests reaching the picker one at a
+    # time, 50 ms apart).
+    # A (3 tokens) reaches pod-0 at 0.05 and runs from its prefill step's end at 0.15 to its
+    # last token at 0.35 either way. B and C are sent together at 0.33. Picked then, both see
+    # A running on pod-0 and go to pod-1. Picked at 0.38 and 0.43, after A's finish, both
+    # see the pods idle (B counts on pod-0 only from its prefill step's end, at
+    # 0.48), so both go to pod-0, C a step behind B.
+    steps = LatencyModel(step_s=0.1, prefill_token_s=0.0, decode_seq_s=0.0, overhead_s=0.0)
+    prepared = prepare([Request("m", p) for p in ("A " * 20, "B " * 20, "C " * 20)], [3, 1, 1],
+                       EstimateTokenizer(), 16)
+    plan = LoadPlan((None, None, None), send_at=(0.0, 0.33, 0.33))
+    outcomes = {}
+    for where, latency, spacing in (("gateway", dataclasses.replace(steps, gateway_s=0.05), 0.0),
+                                    ("spaced", steps, 0.05)):
+        picker = FewestRunning()
+        fleet = Fleet(("pod-0", "pod-1"), (picker,), 1000, LIMITS, latency, 0.001, send_spacing=spacing)
+        outcomes[where] = simulate_under_load(prepared, plan, fleet, seed=1), [seen for _, seen in picker.seen]
+    (gateway, gateway_seen), (spaced, spaced_seen) = outcomes["gateway"], outcomes["spaced"]
+    assert gateway.placements == ("pod-0", "pod-1", "pod-1") and gateway_seen[1:] == [(1, 0), (1, 0)]
+    assert spaced.placements == ("pod-0", "pod-0", "pod-0") and spaced_seen[1:] == [(0, 0), (0, 0)]
+    # TTFT runs from the send either way, and A's is the same. Either way one of B and C waits
+    # a step for the other's; through the gateway, reaching pod-1 together, the first to
+    # arrive starts a step alone.
+    assert spaced.sent_at == gateway.sent_at == (0.0, 0.33, 0.33)
+    assert gateway.ttfts[0] == spaced.ttfts[0] == pytest.approx(0.15)
+    assert sorted(gateway.ttfts[1:]) == sorted(spaced.ttfts[1:]) == pytest.approx([0.15, 0.25])
+
+
+def test_predict_send_spacing_delays_requests_sent_together_and_needs_a_replay_under_load(capsys):
+    status, _, err = run_cli("--pods", "2", "--send-spacing", "0.02", capsys=capsys)
+    assert status == 2 and "--send-spacing 0.02: a serial replay sends one request at a time" in err
+    args = ("--pods", "2", "--concurrency", "4", "--seed", "1", "--json")
+    status, at_once, _ = run_cli(*args, capsys=capsys)
+    assert status == 0
+    status, spaced, err = run_cli(*args, "--send-spacing", "0.02", capsys=capsys)
+    assert status == 0
+    assert "requests sent at one moment reach the picker 20.0 ms apart, one at a time" in err
+    # The first four requests, sent at once, reach the picker 20 ms apart: their TTFT holds the wait.
+    assert json.loads(spaced)["ttft"]["p50"] > json.loads(at_once)["ttft"]["p50"] + 0.02
 
 
 # -- arrivals and sessions -------------------------------------------------------------------------
@@ -769,6 +828,23 @@ def test_the_cpu_takers_are_cpu_seconds_per_second_of_the_block(monkeypatch):
     assert cpu.describe() == ("client 0.15, serve 0.40, API servers 0.50 of a core; the hypervisor took 0.05")
 
 
+def test_the_reply_spacing_is_taken_over_the_replies_whose_first_tokens_one_step_sampled():
+    from routing.underload import Sent, same_step_spacing
+
+    def reply(pod, sent_at, ttft, ended_at):
+        return Sent(ttft, pod, sent_at, ended_at=ended_at)
+
+    # Pod a sampled three first tokens at 1.000-1.003 s (one step) and one a step later; the
+    # three ends came 8 and 12 ms apart as each sent its next request. Pod b's first token in
+    # the same millisecond is another pod's step, and a failed reply has no end: both left out.
+    replies = [reply("a", 0.0, 1.000, 1.500), reply("a", 0.001, 1.001, 1.508), reply("a", 0.002, 1.001, 1.520),
+               reply("a", 0.0, 1.040, 1.530), reply("b", 0.0, 1.001, 1.400), Sent(None, "a", 0.0)]
+    assert same_step_spacing(replies) == pytest.approx(0.010)
+    assert same_step_spacing([reply("a", 0.0, 1.0, 1.5), reply("a", 0.0, 1.04, 1.53)]) is None
+    assert same_step_spacing([reply("a", 0.0, 1.0, 1.5), reply("b", 0.0, 1.0, 1.53)]) is None
+    assert same_step_spacing([Sent(None, "a", 0.0)]) is None
+
+
 def test_stolen_cpu_seconds_is_the_steal_column_of_proc_stat(monkeypatch, tmp_path):
     import os
 
@@ -782,6 +858,7 @@ def test_stolen_cpu_seconds_is_the_steal_column_of_proc_stat(monkeypatch, tmp_pa
 
 
 def test_the_benchmark_measures_the_settings_in_turns_and_tables_each_settings_own_runs(monkeypatch):
+    import contextlib
     import io
     from types import SimpleNamespace
 
@@ -795,14 +872,23 @@ def test_the_benchmark_measures_the_settings_in_turns_and_tables_each_settings_o
         run = underload.Run(hit_rate=len(order) / 100, busiest_share=0.5, ttft_p50=0.1, ttft_p95=0.2)
         return run, SimpleNamespace(pods=[]), []
 
+    spacings = []  # the send spacing each replay and prediction was given
     monkeypatch.setattr(underload, "measure", measure)
     monkeypatch.setattr(underload, "ServerCountedTokenizer", lambda url, arrivals: None)
     monkeypatch.setattr(underload, "prepare", lambda *args: None)
-    monkeypatch.setattr(underload, "replayed_ttft_p50", lambda *args: 0.0)
-    monkeypatch.setattr(underload, "predict_runs", lambda *args: [])
-    pair = SimpleNamespace(tokenizer=SimpleNamespace(model="tiny"), servers=[SimpleNamespace(url="")], block_size=16)
+    monkeypatch.setattr(underload, "serve_process", lambda *args: contextlib.nullcontext(SimpleNamespace(url="")))
+    monkeypatch.setattr(underload, "reply_spacing_seconds", lambda *args: 0.012)
+    monkeypatch.setattr(underload, "replayed_ttft_p50", lambda *args: spacings.append(args[-1]) or 0.0)
+    monkeypatch.setattr(underload, "predict_runs", lambda *args: spacings.append(args[-1]) or [])
+    pair = SimpleNamespace(tokenizer=SimpleNamespace(model="tiny"), servers=[SimpleNamespace(url="")], block_size=16,
+                           backends={}, log_dir=Path("logs"))
 
-    rows = underload.compare(pair, lambda experiment: None, runs=2, seeds=1, out=io.StringIO(), only=["multi-tenant"])
+    out = io.StringIO()
+    rows = underload.compare(pair, lambda experiment: None, runs=2, seeds=1, out=out, only=["multi-tenant"])
+
+    # The client's spacing, measured once before the workload's runs, goes to every replay and prediction.
+    assert "replies one step ends reach the client 12.0 ms apart" in out.getvalue()
+    assert spacings == [0.012] * 9
 
     settings = [(weights, round_robin) for _, weights, round_robin in underload.SETTINGS]
     # A round of every setting, then the next round: drift over the minutes slows all alike.
