@@ -447,13 +447,14 @@ def _setup(args: argparse.Namespace) -> _Setup:
     block_size = args.block_size or (profile and profile.block_size) or DEFAULT_BLOCK_SIZE
     capacity = args.capacity_blocks or (profile and profile.num_gpu_blocks) or DEFAULT_CAPACITY_BLOCKS
     replicas = args.picker_replicas or target.picker_replicas
+    in_time = replays_in_time(arrivals, rate=args.rate, concurrency=args.concurrency)
     unknown = sum(1 for arrival in arrivals if arrival.length_unknown)
-    if unknown and replays_in_time(arrivals, rate=args.rate, concurrency=args.concurrency):
+    if unknown and in_time:
         notes.append(f"{unknown} request(s) (chat, responses, ...) state no max_tokens: vLLM runs those to EOS or the "
                      f"end of the context, which the workload does not say; predicted at {DEFAULT_OUTPUT_TOKENS} "
                      "tokens each. Set max_tokens in the workload for their real length.")
     if args.send_spacing:
-        if not replays_in_time(arrivals, rate=args.rate, concurrency=args.concurrency):
+        if not in_time:
             raise PredictError(f"--send-spacing {args.send_spacing:g}: a serial replay sends one request at a time, "
                                "so no two are sent at one moment; add --rate or --concurrency, or drop it")
         notes.append(f"requests sent at one moment reach the picker {args.send_spacing * 1000:.1f} ms apart, one at "

@@ -481,7 +481,7 @@ REPLAY_SEEDS = (1, 2, 3)  # the steps' jitter draws a replay is averaged over
 
 
 def replayed_ttft_p50(pair: VllmPair, profile: LatencyProfile, prepared: Prepared, sent: Sequence[Sent],
-                      send_s: float) -> float:
+                      send_spacing: float) -> float:
     """TTFT p50 of the simulated servers on a measured run's own traffic (`replay_recorded`),
     the mean over REPLAY_SEEDS; 0 when a request of the run failed (it has no pod to replay on)."""
     if any(s.ttft is None for s in sent):
@@ -492,19 +492,19 @@ def replayed_ttft_p50(pair: VllmPair, profile: LatencyProfile, prepared: Prepare
         result = replay_recorded(prepared, [s.sent_at - start for s in sent], [s.routed_to for s in sent],
                                  list(pair.backends), num_gpu_blocks=pair.capacity_blocks,
                                  limits=profile.limits or DEFAULT_LIMITS, latency=profile.latency, seed=seed,
-                                 send_spacing=send_s)
+                                 send_spacing=send_spacing)
         p50s.append(percentile(result.ttfts, 0.5) or 0.0)
     return mean(p50s)
 
 
 def predict_runs(pair: VllmPair, profile: LatencyProfile, experiment: Experiment, tokenizer: ServerCountedTokenizer,
                  weights: Mapping[str, int] | None, round_robin: bool, seeds: Sequence[int],
-                 send_s: float = 0.0) -> list[Run]:
+                 send_spacing: float = 0.0) -> list[Run]:
     runs = []
     for seed in seeds:
         plan = plan_load(experiment.arrivals, concurrency=experiment.concurrency, seed=seed)
         load = Load(plan, tuple(a.output_tokens for a in experiment.arrivals), profile.limits or DEFAULT_LIMITS,
-                    send_spacing=send_s)
+                    send_spacing=send_spacing)
         prediction: Prediction = run_prediction([a.request for a in experiment.arrivals], weights=weights,
                                                 replicas=len(pair.servers), block_size=pair.block_size,
                                                 capacity_blocks=pair.capacity_blocks, tokenizer=tokenizer, seed=seed,
@@ -643,17 +643,17 @@ def compare(pair: VllmPair, profile_for: Callable[[Experiment], LatencyProfile],
         # One client process and `serve` on one event loop: what a step's finishes release reaches
         # the picker one request at a time.
         with serve_process(pair.backends, None, False, 0, pair.log_dir / "serve.log") as serve:
-            send_s = reply_spacing_seconds(serve.url, pair.tokenizer.model, experiment.arrivals,
-                                           experiment.concurrency)
-        print(f"  replies one step ends reach the client {send_s * 1000:.1f} ms apart when each sends its next "
+            send_spacing = reply_spacing_seconds(serve.url, pair.tokenizer.model, experiment.arrivals,
+                                                 experiment.concurrency)
+        print(f"  replies one step ends reach the client {send_spacing * 1000:.1f} ms apart when each sends its next "
               f"request through serve (median of {SPACING_ROUNDS} rounds of {experiment.concurrency})",
               file=out, flush=True)
         measured: dict[str, list[Run]] = {label: [] for label, _, _ in SETTINGS}
         for run in range(runs):
             for label, weights, round_robin in SETTINGS:
                 result, report, sent = measure(pair, experiment, weights, round_robin, seed=100 + run)
-                result = dataclasses.replace(result, replayed_ttft_p50=replayed_ttft_p50(pair, profile, prepared, sent,
-                                                                                         send_s))
+                replayed = replayed_ttft_p50(pair, profile, prepared, sent, send_spacing)
+                result = dataclasses.replace(result, replayed_ttft_p50=replayed)
                 measured[label].append(result)
                 print(f"  {experiment.name} / {label} run {run + 1}: hit rate {result.hit_rate:.1%}, per pod "
                       f"{[p.requests for p in report.pods]}, TTFT p50 {result.ttft_p50 * 1000:.0f} ms "
@@ -662,6 +662,6 @@ def compare(pair: VllmPair, profile_for: Callable[[Experiment], LatencyProfile],
                       file=out, flush=True)
         for label, weights, round_robin in SETTINGS:
             predicted = predict_runs(pair, profile, experiment, tokenizer, weights, round_robin, range(1, seeds + 1),
-                                     send_s)
+                                     send_spacing)
             rows.append(Row(experiment.name, label, tuple(measured[label]), tuple(predicted)))
     return rows

@@ -68,13 +68,13 @@ def test_explain_shows_what_the_last_scrape_read():
 
 class FewestRunning:
     """A picker that takes the pod whose last scrape shows the fewest running requests, the
-    first of them on a tie, and notes what each pick saw."""
+    first of them on a tie, and notes the running counts each pick saw."""
 
     def __init__(self):
-        self.seen: list[tuple[str, tuple[int, ...]]] = []
+        self.seen: list[tuple[int, ...]] = []
 
     def choose(self, request, pods, hashed=None) -> str:
-        self.seen.append((request.prompt, tuple(pod.running for pod in pods)))
+        self.seen.append(tuple(pod.running for pod in pods))
         return min(pods, key=lambda pod: pod.running).name
 
     def hash_plan(self, reported_block_size):
@@ -87,9 +87,9 @@ def test_requests_sent_together_and_spaced_on_their_way_are_each_picked_from_the
     # time, 50 ms apart).
     # A (3 tokens) reaches pod-0 at 0.05 and runs from its prefill step's end at 0.15 to its
     # last token at 0.35 either way. B and C are sent together at 0.33. Picked then, both see
-    # A running on pod-0 and go to pod-1. Picked at 0.38 and 0.43, after A's finish, both
-    # see the pods idle (B counts on pod-0 only from its prefill step's end, at
-    # 0.48), so both go to pod-0, C a step behind B.
+    # A running on pod-0 and go to pod-1. Picked at 0.38 and 0.43 (in an order of their own),
+    # after A's finish, both see the pods idle (the first counts on pod-0 only from its
+    # prefill step's end, at 0.48), so both go to pod-0, the second a step behind the first.
     steps = LatencyModel(step_s=0.1, prefill_token_s=0.0, decode_seq_s=0.0, overhead_s=0.0)
     prepared = prepare([Request("m", p) for p in ("A " * 20, "B " * 20, "C " * 20)], [3, 1, 1],
                        EstimateTokenizer(), 16)
@@ -99,7 +99,7 @@ def test_requests_sent_together_and_spaced_on_their_way_are_each_picked_from_the
                                     ("spaced", steps, 0.05)):
         picker = FewestRunning()
         fleet = Fleet(("pod-0", "pod-1"), (picker,), 1000, LIMITS, latency, 0.001, send_spacing=spacing)
-        outcomes[where] = simulate_under_load(prepared, plan, fleet, seed=1), [seen for _, seen in picker.seen]
+        outcomes[where] = simulate_under_load(prepared, plan, fleet, seed=1), picker.seen
     (gateway, gateway_seen), (spaced, spaced_seen) = outcomes["gateway"], outcomes["spaced"]
     assert gateway.placements == ("pod-0", "pod-1", "pod-1") and gateway_seen[1:] == [(1, 0), (1, 0)]
     assert spaced.placements == ("pod-0", "pod-0", "pod-0") and spaced_seen[1:] == [(0, 0), (0, 0)]
