@@ -1,6 +1,6 @@
 """Predicted against measured under load, on two real vLLM CPU servers behind `serve`.
 
-    .venv/bin/python -m benchmarks.bench_under_load [--runs 3] [--seeds 20] [--vllm-python PATH]
+    .venv/bin/python -m benchmarks.bench_under_load [--runs N] [--seeds 20] [--vllm-python PATH]
 
 Starts two servers of a tiny model built here (wider than the demo's, so that prefill costs
 more than the two servers' contention for two cores), with a small KV cache (80 blocks of
@@ -9,16 +9,18 @@ workload (`--calibrate-once`: once at the start), `serve` as the gateway whose h
 measures how far apart replies that one step ends reach the client when each sends its next
 request at once (`reply_spacing_seconds`: the client and `serve` take requests one at a
 time), which the prediction spaces such requests by; then sends three workloads with the real
-`openai` client through a fresh `serve` per run (caches emptied first), with the default
-weights, prefix=0,queue=3,kvCache=2 and round-robin taking turns (a run of each per round),
-and predicts each with `predict`'s
-time-aware simulation from the calibrated profile. Prints measured (mean and range over
---runs) against predicted (mean over --seeds), the errors, each run's own traffic replayed on
-the simulated servers, the engine's part of TTFT (vLLM's per-request timings against the
-simulated engine's), the ranking of the three settings
-by hit rate on each side, and how many rows meet each of issue 7's targets; and, for each run
-and each calibration, the cores the client, `serve` and the vLLM API servers used meanwhile,
-and those the hypervisor took (steal).
+`openai` client (four clients in a closed loop, their first requests released together, as
+the prediction's closed loop sends them) through a fresh `serve` per run (caches emptied
+first; 9 runs of multi-turn chat, 6 of cache pressure, 3 of multi-tenant, unless --runs),
+with the default weights, prefix=0,queue=3,kvCache=2 and round-robin taking turns (a run of
+each per round), and predicts each with `predict`'s time-aware simulation from the
+calibrated profile. Prints measured (mean and range over the runs) against predicted (mean
+over --seeds), the errors, each run's own traffic replayed on the simulated servers, the
+engine's part of TTFT (vLLM's per-request timings against the simulated engine's), the
+ranking of the three settings by hit rate on each side, and how many rows meet each of
+issue 7's targets (each miss with its error and the standard error of its measured mean);
+and, for each run and each calibration, the cores the client, `serve` and the vLLM API
+servers used meanwhile, and those the hypervisor took (steal).
 """
 
 from __future__ import annotations
@@ -36,14 +38,15 @@ from routing.vllm_server import DEFAULT_START_TIMEOUT, StepError, VllmUnavailabl
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_pair_options(parser)
-    parser.add_argument("--runs", type=int, default=3, help="measured runs per workload and setting (default 3)")
+    parser.add_argument("--runs", type=int, help="measured runs per workload and setting (default: 9 for "
+                                                  "multi-turn chat, 6 for cache pressure, 3 for multi-tenant)")
     parser.add_argument("--seeds", type=int, default=20, help="predicted runs (seeds) per workload and setting")
     parser.add_argument("--only", action="append", help="run only this workload (repeatable)")
     parser.add_argument("--calibrate-once", action="store_true",
                         help="calibrate once at the start instead of before each workload")
     parser.add_argument("--start-timeout", type=float, default=DEFAULT_START_TIMEOUT)
     args = parser.parse_args(argv)
-    if args.runs < 1 or args.seeds < 1:
+    if (args.runs is not None and args.runs < 1) or args.seeds < 1:
         parser.error("--runs and --seeds must be at least 1")
     try:
         python = resolve_vllm_python(args.vllm_python)

@@ -649,10 +649,20 @@ def test_the_benchmarks_target_tallies_count_each_target_and_name_the_rows_that_
             row("chat", "round-robin", (0.60, 0.5, 0.200, 0.4), (0.70, 0.5, 0.240, 0.4)),
             row("chat", "prefix=0", (0.45, 0.55, 1.000, 2.0), (0.46, 0.70, 0.760, 2.0))]
     assert target_tallies(rows) == [
-        "hit rate within 3 points: 2/3 (missed: chat / round-robin)",
-        "busiest pod's share within 10 points: 2/3 (missed: chat / prefix=0)",
-        "TTFT p50 within 25%: 2/3 (missed: chat / default weights)",
+        "hit rate within 3 points: 2/3 (missed: chat / round-robin (+10.0 pt))",
+        "busiest pod's share within 10 points: 2/3 (missed: chat / prefix=0 (+15.0 pt))",
+        "TTFT p50 within 25%: 2/3 (missed: chat / default weights (-30%))",
         "same ranking of the settings by hit rate: 0/1 (different: chat)"]
+
+    # Over several runs a miss also says how uncertain the measured mean is: round-robin's chats
+    # keep their pod or not, so its runs land on a few values and their mean moves.
+    runs = tuple(Run(rate, 0.5, ttft, 0.4) for rate, ttft in ((0.546, 0.30), (0.617, 0.36), (0.689, 0.42)))
+    spread = Row("chat", "round-robin", runs, (Run(0.58, 0.5, 0.50, 0.4),))
+    assert target_tallies([spread])[0] == ("hit rate within 3 points: 0/1 (missed: chat / round-robin (-3.7 pt; "
+                                           "standard error of the measured mean 4.1 pt over 3 runs))")
+    # TTFT's: relative to the measured mean, as its error is (0.06 / √3 of 0.36 s).
+    assert target_tallies([spread])[2] == ("TTFT p50 within 25%: 0/1 (missed: chat / round-robin (+39%; "
+                                           "standard error of the measured mean 10% over 3 runs))")
 
 
 def test_the_benchmarks_table_shows_the_replay_and_the_servers_own_means_beside_the_predicted_ones():
@@ -897,3 +907,41 @@ def test_the_benchmark_measures_the_settings_in_turns_and_tables_each_settings_o
     assert [row.setting for row in rows] == [label for label, _, _ in underload.SETTINGS]
     # Each row holds its own setting's two runs, the 1st and 4th, the 2nd and 5th, the 3rd and 6th.
     assert [[run.hit_rate for run in row.measured] for row in rows] == [[0.01, 0.04], [0.02, 0.05], [0.03, 0.06]]
+
+
+def test_the_benchmark_client_releases_its_first_requests_together(monkeypatch):
+    """`predict --concurrency N` sends the first N at one instant; the benchmark's client must
+    too, however far apart its threads start, and must not wait for clients that have nothing
+    to send yet (more clients than chats)."""
+    import threading
+    import time
+
+    from routing import underload
+    from routing.underload import Sent, chat_workload
+
+    class SlowToStart(threading.Thread):
+        def start(self):
+            super().start()
+            time.sleep(0.05)  # far more than a release together takes
+
+    sends = []  # (when the send began, the request's turn and chat)
+
+    def send(client, body):
+        sends.append((time.monotonic(), body["messages"][-1]["content"]))
+        time.sleep(0.03)  # longer than the two first sends may be apart
+        return Sent(0.01, "vllm-a", 0.0)
+
+    monkeypatch.setattr(underload.threading, "Thread", SlowToStart)
+    monkeypatch.setattr(underload, "_send", send)
+    arrivals = chat_workload("tiny", sessions=2, turns=3, segments=1)
+
+    results = underload.drive("http://127.0.0.1:9", arrivals, concurrency=4)
+
+    assert all(result.ttft == 0.01 for result in results)
+    # Two chats, so two first requests: both began within a few ms, not a thread start apart.
+    first, second = sends[0][0], sends[1][0]
+    assert second - first < 0.02
+    # A chat's turns still go one at a time, in order.
+    for chat in (0, 1):
+        asked = [question for _, question in sends if f"of chat {chat}:" in question]
+        assert [question.split(" of")[0] for question in asked] == ["Question 0", "Question 1", "Question 2"]
