@@ -204,7 +204,8 @@ def drive(url: str, arrivals: Sequence[Arrival], concurrency: int) -> list[Sent]
                     return
                 index = heapq.heappop(ready)
                 first = starting[0] > 0
-                starting[0] -= first
+                if first:
+                    starting[0] -= 1
             if first:
                 release.wait()
             results[index] = _send(client, arrivals[index].body)
