@@ -268,7 +268,7 @@ def reply_spacing_seconds(gateway_url: str, model: str, arrivals: Sequence[Arriv
 
     client = OpenAI(base_url=gateway_url + "/v1", api_key="unused", max_retries=0)
     spacings = []
-    for number in range(rounds):
+    for _ in range(rounds):
         release = threading.Barrier(concurrency)
         with ThreadPoolExecutor(concurrency) as pool:
             replies = list(pool.map(
@@ -635,26 +635,24 @@ def target_tallies(rows: Sequence[Row]) -> list[str]:
     each with its error and, over two runs or more, the standard error of its measured mean
     (how far the runs alone leave that mean uncertain: a row whose runs land on a few discrete
     outcomes can miss with an exact prediction)."""
-    checks = (("hit rate within 3 points", "hit_rate",
-               lambda m, p: abs(p - m) <= HIT_RATE_TARGET + _ROUNDING, lambda m, p: p - m, _points),
-              ("busiest pod's share within 10 points", "busiest_share",
-               lambda m, p: abs(p - m) <= SHARE_TARGET + _ROUNDING, lambda m, p: p - m, _points),
-              ("TTFT p50 within 25%", "ttft_p50",
-               lambda m, p: m > 0 and abs(p / m - 1) <= TTFT_TARGET + _ROUNDING,
-               lambda m, p: p / m - 1 if m else 0.0, _percent))
+    # (label, figure, target, unit, relative: the target, the error and the standard error are
+    # fractions of the measured mean rather than differences in the figure's own unit)
+    checks = (("hit rate within 3 points", "hit_rate", HIT_RATE_TARGET, _points, False),
+              ("busiest pod's share within 10 points", "busiest_share", SHARE_TARGET, _points, False),
+              ("TTFT p50 within 25%", "ttft_p50", TTFT_TARGET, _percent, True))
     lines = []
-    for label, figure, holds, error, unit in checks:
+    for label, figure, target, unit, relative in checks:
         misses = []
         for row in rows:
             measured, predicted = row.figure(figure)
-            if holds(measured, predicted):
+            scale = (1 / measured if measured > 0 else 0.0) if relative else 1.0
+            error = (predicted - measured) * scale
+            if (measured > 0 or not relative) and abs(error) <= target + _ROUNDING:
                 continue
             values = [getattr(run, figure) for run in row.measured]
-            miss = f"{row.experiment} / {row.setting} ({unit(error(measured, predicted), '+')}"
+            miss = f"{row.experiment} / {row.setting} ({unit(error, '+')}"
             if len(values) > 1:
-                spread = statistics.stdev(values) / len(values) ** 0.5
-                # TTFT's error is relative: so is its standard error, to the measured mean.
-                spread = spread / measured if figure == "ttft_p50" and measured else spread
+                spread = statistics.stdev(values) / len(values) ** 0.5 * scale
                 miss += f"; standard error of the measured mean {unit(spread)} over {len(values)} runs"
             misses.append(miss + ")")
         lines.append(f"{label}: {len(rows) - len(misses)}/{len(rows)}" + (f" (missed: {'; '.join(misses)})"
