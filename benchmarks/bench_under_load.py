@@ -15,10 +15,12 @@ first; 9 runs of multi-turn chat, 6 of cache pressure, 3 of multi-tenant, unless
 with the default weights, prefix=0,queue=3,kvCache=2 and round-robin taking turns (a run of
 each per round), and predicts each with `predict`'s time-aware simulation from the
 calibrated profile. Prints measured (mean and range over the runs) against predicted (mean
-over --seeds), the errors, each run's own traffic replayed on the simulated servers, the
+over --seeds), the errors, each run's own traffic replayed on the simulated servers (its
+sends in their order, by the workload's closed loop), the
 engine's part of TTFT (vLLM's per-request timings against the simulated engine's), the
 ranking of the three settings by hit rate on each side, and how many rows meet each of
-issue 7's targets (each miss with its error and the standard error of its measured mean);
+issue 7's targets (each miss with its error and the standard errors of its measured and
+predicted means);
 and, for each run and each calibration, the cores the client, `serve` and the vLLM API
 servers used meanwhile, and those the hypervisor took (steal).
 """

@@ -12,7 +12,7 @@ import heapq
 import itertools
 import random
 from collections import OrderedDict, deque
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Callable, Iterable, Mapping, Sequence
 
 from .arrivals import LoadPlan
@@ -525,18 +525,57 @@ class _RecordedPlacements:
 
 def replay_recorded(prepared: Prepared, sent_at: Sequence[float], pods: Sequence[str], names: Sequence[str], *,
                     num_gpu_blocks: int, limits: EngineLimits, latency: LatencyModel,
-                    seed: int | None = None, send_spacing: float = 0.0) -> LoadResult:
-    """The simulated servers alone, on a recorded run's traffic: each request sent at its
-    recorded time to the pod it went to. No picker and no closed loop decide anything, so
-    what this gets wrong against the run is the engine and latency model's error alone, apart
-    from where and when the prediction would have sent the requests."""
-    if not len(sent_at) == len(pods) == len(prepared.requests):
-        raise ValueError(f"a replay needs a send time and a pod for each of the {len(prepared.requests)} requests, "
+                    seed: int | None = None, send_spacing: float = 0.0, concurrency: int | None = None,
+                    sessions: Sequence[str | None] | None = None) -> LoadResult:
+    """The simulated servers alone, on a recorded run's traffic: each request sent to the pod
+    the run sent it to. No picker decides anything, so what this gets wrong against the run is
+    the engine and latency model's error alone, apart from where the prediction would have
+    sent the requests.
+
+    Without `concurrency` each request is sent at its recorded time. With it (the run's
+    clients, a closed loop), the requests go in their recorded order, each when one of the
+    `concurrency` clients is free in the simulation and, with `sessions`, when its session's
+    previous turn has finished: a closed loop's sends follow its replies, so sent at the
+    recorded times they would reach servers the simulation has not yet freed wherever it runs
+    a little slower than the real ones, and queue behind prefills the run never queued behind.
+    Either way the result is per request in the order given."""
+    count = len(prepared.requests)
+    if not len(sent_at) == len(pods) == count:
+        raise ValueError(f"a replay needs a send time and a pod for each of the {count} requests, "
                          f"not {len(sent_at)} and {len(pods)}")
+    if sessions is not None and len(sessions) != count:
+        raise ValueError(f"a replay needs a session (or None) for each of the {count} requests, not {len(sessions)}")
+    if concurrency is not None and concurrency < 1:
+        raise ValueError(f"a closed-loop replay needs at least one client, not concurrency={concurrency}")
     unknown = sorted(set(pods) - set(names))
     if unknown:
         raise ValueError(f"recorded pods {unknown} are not among the replay's servers {list(names)}")
     fleet = Fleet(tuple(names), (_RecordedPlacements(prepared.requests, pods),), num_gpu_blocks, limits, latency,
                   reads_metrics=False, send_spacing=send_spacing)
-    plan = LoadPlan(sessions=(None,) * len(sent_at), send_at=tuple(sent_at))
-    return simulate_under_load(prepared, plan, fleet, seed=seed)
+    if concurrency is None:
+        plan = LoadPlan(sessions=(None,) * count, send_at=tuple(sent_at))
+        return simulate_under_load(prepared, plan, fleet, seed=seed)
+    # The closed loop sends the lowest-numbered ready request first: number them in the order
+    # the run sent them (sends at one instant in the order given), then put the results back.
+    order = sorted(range(count), key=sent_at.__getitem__)
+    plan = LoadPlan(sessions=tuple(sessions[index] for index in order) if sessions is not None else (None,) * count,
+                    concurrency=concurrency)
+    result = simulate_under_load(_reordered(prepared, order), plan, fleet, seed=seed)
+    restore = [0] * count
+    for position, index in enumerate(order):
+        restore[index] = position
+    return replace(result, **{name: tuple(getattr(result, name)[position] for position in restore)
+                              for name in _PER_REQUEST})
+
+
+# LoadResult's fields that hold one value per request, in the workload's order.
+_PER_REQUEST = ("placements", "prompt_lens", "hit_tokens", "ttfts", "queue_times", "sent_at", "finished_at")
+
+
+def _reordered(prepared: Prepared, order: Sequence[int]) -> Prepared:
+    def pick(values: Sequence) -> tuple:
+        return tuple(values[index] for index in order)
+
+    return replace(prepared, requests=pick(prepared.requests), prompt_lens=pick(prepared.prompt_lens),
+                   output_lens=pick(prepared.output_lens), keys=pick(prepared.keys),
+                   picker_hashes=pick(prepared.picker_hashes) if prepared.picker_hashes else ())

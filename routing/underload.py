@@ -499,9 +499,11 @@ REPLAY_SEEDS = (1, 2, 3)  # the steps' jitter draws a replay is averaged over
 
 
 def replayed_ttft_p50(pair: VllmPair, profile: LatencyProfile, prepared: Prepared, sent: Sequence[Sent],
-                      send_spacing: float) -> float:
-    """TTFT p50 of the simulated servers on a measured run's own traffic (`replay_recorded`),
-    the mean over REPLAY_SEEDS; 0 when a request of the run failed (it has no pod to replay on)."""
+                      experiment: Experiment, send_spacing: float) -> float:
+    """TTFT p50 of the simulated servers on a measured run's own traffic (`replay_recorded`): its
+    requests in the order the client sent them, to the pods `serve` sent them to, by the
+    experiment's closed loop; the mean over REPLAY_SEEDS. 0 when a request of the run failed
+    (it has no pod to replay on)."""
     if any(s.ttft is None for s in sent):
         return 0.0
     start = min(s.sent_at for s in sent)
@@ -510,7 +512,8 @@ def replayed_ttft_p50(pair: VllmPair, profile: LatencyProfile, prepared: Prepare
         result = replay_recorded(prepared, [s.sent_at - start for s in sent], [s.routed_to for s in sent],
                                  list(pair.backends), num_gpu_blocks=pair.capacity_blocks,
                                  limits=profile.limits or DEFAULT_LIMITS, latency=profile.latency, seed=seed,
-                                 send_spacing=send_spacing)
+                                 send_spacing=send_spacing, concurrency=experiment.concurrency,
+                                 sessions=[arrival.session for arrival in experiment.arrivals])
         p50s.append(percentile(result.ttfts, 0.5) or 0.0)
     return mean(p50s)
 
@@ -632,9 +635,10 @@ def _percent(value: float, sign: str = "") -> str:
 
 def target_tallies(rows: Sequence[Row]) -> list[str]:
     """How many rows (and workloads, for the ranking) meet each target, with the rows that miss:
-    each with its error and, over two runs or more, the standard error of its measured mean
-    (how far the runs alone leave that mean uncertain: a row whose runs land on a few discrete
-    outcomes can miss with an exact prediction)."""
+    each with its error and, over two runs or seeds or more, the standard errors of its measured
+    and predicted means (how far the runs and the seeds alone leave each mean uncertain: a row
+    whose runs land on a few discrete outcomes, or on either side of a gap, can miss with an
+    exact model)."""
     # (label, figure, target, unit, relative: the target, the error and the standard error are
     # fractions of the measured mean rather than differences in the figure's own unit)
     checks = (("hit rate within 3 points", "hit_rate", HIT_RATE_TARGET, _points, False),
@@ -649,12 +653,13 @@ def target_tallies(rows: Sequence[Row]) -> list[str]:
             error = (predicted - measured) * scale
             if (measured > 0 or not relative) and abs(error) <= target + _ROUNDING:
                 continue
-            values = [getattr(run, figure) for run in row.measured]
-            miss = f"{row.experiment} / {row.setting} ({unit(error, '+')}"
-            if len(values) > 1:
-                spread = statistics.stdev(values) / len(values) ** 0.5 * scale
-                miss += f"; standard error of the measured mean {unit(spread)} over {len(values)} runs"
-            misses.append(miss + ")")
+            uncertain = [f"of the {side} mean {unit(statistics.stdev(values) / len(values) ** 0.5 * scale)} over "
+                         f"{len(values)} {over}"
+                         for side, over, values in (("measured", "runs", [getattr(r, figure) for r in row.measured]),
+                                                    ("predicted", "seeds", [getattr(r, figure) for r in row.predicted]))
+                         if len(values) > 1]
+            misses.append(f"{row.experiment} / {row.setting} ({unit(error, '+')}"
+                          + (f"; standard error {', '.join(uncertain)}" if uncertain else "") + ")")
         lines.append(f"{label}: {len(rows) - len(misses)}/{len(rows)}" + (f" (missed: {'; '.join(misses)})"
                                                                           if misses else ""))
     workloads = list(dict.fromkeys(row.experiment for row in rows))
@@ -694,7 +699,7 @@ def compare(pair: VllmPair, profile_for: Callable[[Experiment], LatencyProfile],
         for run in range(runs or experiment.runs):
             for label, weights, round_robin in SETTINGS:
                 result, report, sent = measure(pair, experiment, weights, round_robin, seed=100 + run)
-                replayed = replayed_ttft_p50(pair, profile, prepared, sent, send_spacing)
+                replayed = replayed_ttft_p50(pair, profile, prepared, sent, experiment, send_spacing)
                 result = dataclasses.replace(result, replayed_ttft_p50=replayed)
                 measured[label].append(result)
                 print(f"  {experiment.name} / {label} run {run + 1}: hit rate {result.hit_rate:.1%}, per pod "

@@ -570,22 +570,25 @@ def test_a_fleet_picks_the_same_with_the_picker_hashes_prepared_beforehand():
 
 # -- a recorded run, replayed on the simulated servers ---------------------------------------------
 
-def test_replaying_a_runs_own_sends_and_pods_gives_its_first_token_times_and_hits():
-    # The benchmark replays each measured run this way; here the "run" is a prediction, so the
-    # replay must reproduce it exactly: same arrivals, same pods, steps without jitter. (The
-    # closed loop's first four leave at one instant, in the seed's order: the replay, with the
-    # same seed, sends that burst in the same order.)
-    latency = dataclasses.replace(LATENCY, overhead_s=0.002)
+@pytest.mark.parametrize("concurrency", [None, 4], ids=["at-the-recorded-times", "closed-loop"])
+def test_replaying_a_runs_own_sends_and_pods_gives_its_first_token_times_and_hits(concurrency):
+    # The benchmark replays each measured run, a closed loop, as one, in the order the run sent
+    # its requests; here the "run" is a prediction, so the replay must reproduce it exactly,
+    # at its send times or as its closed loop: same arrivals, same pods, the same steps' jitter.
+    # (The closed loop's first four leave at one instant, in the seed's order: the replay, with
+    # the same seed, sends that burst in the same order.)
+    latency = dataclasses.replace(LATENCY, overhead_s=0.002, jitter=0.1)
     prompts = [f"tenant {n % 3} " * 60 + f"question {n}" for n in range(18)]
     requests = [Request("m", p) for p in prompts]
     prepared = prepare(requests, [8] * len(requests), EstimateTokenizer(), 16)
     names = ("pod-0", "pod-1")
     picker = EndpointPicker(with_default_weights(None), seed=2)
     run = simulate_under_load(prepared, LoadPlan((None,) * 18, concurrency=4),
-                              Fleet(names, (picker,), 40, LIMITS, latency, 0.05), seed=2)
+                              Fleet(names, (picker,), 40, LIMITS, latency, 0.05, send_spacing=0.001), seed=2)
     replayed = replay_recorded(prepared, run.sent_at, run.placements, names, num_gpu_blocks=40, limits=LIMITS,
-                               latency=latency, seed=2)
+                               latency=latency, seed=2, send_spacing=0.001, concurrency=concurrency)
     assert replayed.placements == run.placements
+    assert replayed.sent_at == pytest.approx(run.sent_at)
     assert replayed.ttfts == pytest.approx(run.ttfts)
     assert replayed.hit_tokens == run.hit_tokens
 
@@ -595,6 +598,44 @@ def test_a_replay_refuses_a_pod_it_has_no_server_for():
     with pytest.raises(ValueError, match=r"recorded pods \['vllm-c'\] are not among the replay's servers"):
         replay_recorded(prepared, [0.0], ["vllm-c"], ["vllm-a", "vllm-b"], num_gpu_blocks=40, limits=LIMITS,
                         latency=LATENCY)
+
+
+def test_a_closed_loop_replay_sends_in_the_recorded_order_when_the_simulation_frees_a_client():
+    # One client, one pod. The run sent request 1 first and request 0 5 ms later, when its
+    # faster server had answered request 1. At the recorded times the replay would send request 0
+    # into request 1's prefill; as the closed loop it is, it sends request 0 when the simulated
+    # request 1 has finished, to an idle server.
+    prepared = prepare([Request("m", "a" * 400), Request("m", "b" * 400)], [4, 4], EstimateTokenizer(), 16)
+    recorded = dict(sent_at=[0.005, 0.0], pods=["pod-0", "pod-0"], names=["pod-0"], num_gpu_blocks=40,
+                    limits=LIMITS, latency=LATENCY)
+    alone = LATENCY.prefill_seconds(100, 0, LIMITS.max_num_batched_tokens)
+    at_recorded_times = replay_recorded(prepared, **recorded)
+    assert at_recorded_times.ttfts[0] > alone + 0.01  # it waited for request 1's step
+    closed = replay_recorded(prepared, **recorded, concurrency=1)
+    assert closed.sent_at[1] == 0.0
+    assert closed.sent_at[0] == pytest.approx(closed.finished_at[1])
+    assert closed.ttfts == pytest.approx((alone, alone))
+
+
+def test_a_closed_loop_replay_keeps_a_sessions_turns_in_order():
+    # Two clients, but both requests are turns of one chat: the second waits for the first to
+    # finish, as the benchmark's client waits for it.
+    prepared = prepare([Request("m", "a" * 400), Request("m", "a" * 400 + "b" * 40)], [4, 4], EstimateTokenizer(), 16)
+    closed = replay_recorded(prepared, [0.0, 0.001], ["pod-0", "pod-0"], ["pod-0"], num_gpu_blocks=40, limits=LIMITS,
+                             latency=LATENCY, concurrency=2, sessions=["chat", "chat"])
+    assert closed.sent_at[1] == pytest.approx(closed.finished_at[0])
+    assert closed.hit_tokens[1] == 96  # the first turn's six full blocks, computed before the second was sent
+
+
+@pytest.mark.parametrize("options, message", [
+    ({"concurrency": 0}, r"a closed-loop replay needs at least one client, not concurrency=0"),
+    ({"concurrency": 2, "sessions": ["chat"]}, r"a replay needs a session \(or None\) for each of the 2 requests, not 1"),
+])
+def test_a_closed_loop_replay_refuses_what_it_cannot_replay(options, message):
+    prepared = prepare([Request("m", "a" * 64), Request("m", "b" * 64)], [4, 4], EstimateTokenizer(), 16)
+    with pytest.raises(ValueError, match=message):
+        replay_recorded(prepared, [0.0, 0.1], ["pod-0", "pod-0"], ["pod-0"], num_gpu_blocks=40, limits=LIMITS,
+                        latency=LATENCY, **options)
 
 
 # -- what the server computes: server_tokens ------------------------------------------------------
@@ -663,6 +704,16 @@ def test_the_benchmarks_target_tallies_count_each_target_and_name_the_rows_that_
     # TTFT's: relative to the measured mean, as its error is (0.06 / √3 of 0.36 s).
     assert target_tallies([spread])[2] == ("TTFT p50 within 25%: 0/1 (missed: chat / round-robin (+39%; "
                                            "standard error of the measured mean 10% over 3 runs))")
+    # And over several seeds, how uncertain the predicted mean is, in the same unit: 0.02 / √2
+    # points; 0.072 / √2 s, 14% of the measured 0.36 s.
+    seeds = (Run(0.57, 0.5, 0.449, 0.4), Run(0.59, 0.5, 0.551, 0.4))
+    both = Row("chat", "round-robin", runs, seeds)
+    assert target_tallies([both])[0] == ("hit rate within 3 points: 0/1 (missed: chat / round-robin (-3.7 pt; "
+                                         "standard error of the measured mean 4.1 pt over 3 runs, of the predicted "
+                                         "mean 1.0 pt over 2 seeds))")
+    assert target_tallies([both])[2] == ("TTFT p50 within 25%: 0/1 (missed: chat / round-robin (+39%; "
+                                         "standard error of the measured mean 10% over 3 runs, of the predicted "
+                                         "mean 14% over 2 seeds))")
 
 
 def test_the_benchmarks_table_shows_the_replay_and_the_servers_own_means_beside_the_predicted_ones():
