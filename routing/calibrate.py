@@ -494,7 +494,8 @@ def calibrate(pods: Sequence[PodChannel], *, seed: int = 0, limits: EngineLimits
     latency = fit(samples, limits or DEFAULT_LIMITS, cache.block_size or DEFAULT_BLOCK_SIZE)
     if gateway is not None:
         hop = gateway_hop(gateway, pods, model, random.Random(seed))
-        progress(f"  through {gateway.name}: {hop * 1000:.1f} ms more than straight to the pods (median of "
+        slower = f"{hop * 1000:.1f} ms more than" if hop else "no slower than"
+        progress(f"  through {gateway.name}: {slower} straight to the pods (median of "
                  f"{GATEWAY_REQUESTS} one-token requests each way)")
         latency = dataclasses.replace(latency, gateway_s=hop)
     return LatencyProfile(latency, cache.block_size, cache.num_gpu_blocks, limits,

@@ -84,7 +84,8 @@ class LatencyModel:
                 f"over, steps ±{self.jitter:.0%}; {self.overhead_s * 1000:.1f} ms + "
                 f"{self.overhead_token_s * 1e6:.1f} µs per prompt token outside the engine before the first token; "
                 + (f"{self.gateway_s * 1000:.1f} ms through the gateway" if self.gateway_s
-                   else "no gateway hop measured"))
+                   # Also what a measured hop clamped at zero gives: calibrate says which it was.
+                   else "no time through the gateway"))
 
 
 def prefill_pairs(computed: int, cached: int) -> float:

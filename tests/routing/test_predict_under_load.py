@@ -785,7 +785,7 @@ def test_a_latency_models_description_shows_every_term_in_readable_units():
                    "8.70 µs per cached context token", "170 ns per token pair a prefill attends over", "±7%",
                    "5.7 ms + 2.0 µs per prompt token outside the engine", "6.2 ms through the gateway"):
         assert figure in described, figure
-    assert "no gateway hop measured" in model.describe()
+    assert "no time through the gateway" in model.describe()
 
 
 class TimedChannel:
