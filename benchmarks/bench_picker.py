@@ -12,7 +12,7 @@ from __future__ import annotations
 import random
 import time
 
-from routing.picker import EndpointPicker, PodMetrics, Request
+from routing.picker.endpoint_picker import EndpointPicker, PodMetrics, Request
 
 POD_COUNTS = (2, 16, 64)
 WARMUP = 500

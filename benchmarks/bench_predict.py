@@ -13,7 +13,7 @@ from __future__ import annotations
 import random
 import time
 
-from routing.predict import predict
+from routing.simulation.prediction import predict
 
 REQUESTS = 10_000
 # The fastest of several rounds: the least disturbed by whatever else the machine runs.

@@ -15,12 +15,13 @@ from __future__ import annotations
 import random
 import time
 
-from routing.arrivals import Arrival, plan_load
-from routing.latency import DEFAULT_LATENCY, DEFAULT_LIMITS
-from routing.picker import EndpointPicker, Request
-from routing.predict import Load, run_prediction
-from routing.prefix import EstimateTokenizer
-from routing.simulate import Fleet, prepare, simulate_under_load
+from routing.picker.endpoint_picker import EndpointPicker, Request
+from routing.picker.prefix import EstimateTokenizer
+from routing.simulation.fleet import Fleet, prepare, simulate_under_load
+from routing.simulation.latency import DEFAULT_LATENCY, DEFAULT_LIMITS
+from routing.simulation.load_plan import plan_load
+from routing.simulation.prediction import Load, run_prediction
+from routing.workloads import Arrival
 
 REQUESTS = 100_000
 PODS = 16

@@ -26,12 +26,12 @@ import aiohttp
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from routing.lab.vllm_server import (DEFAULT_START_TIMEOUT, REPO_ROOT, SERVED_MODEL, StepError, VllmPair,  # noqa: E402
+                                     VllmUnavailable, resolve_vllm_python, vllm_pair)
+from routing.live.serve import ROUTED_HEADER, start_gateway  # noqa: E402
+from routing.live.verify import UrlPods  # noqa: E402
 from routing.metrics import DeltaReport, diff_reads  # noqa: E402
-from routing.serve import ROUTED_HEADER, start_gateway  # noqa: E402
 from routing.tables import percent  # noqa: E402
-from routing.verify import UrlPods  # noqa: E402
-from routing.vllm_server import (DEFAULT_START_TIMEOUT, REPO_ROOT, SERVED_MODEL, StepError,  # noqa: E402
-                                 VllmPair, VllmUnavailable, resolve_vllm_python, vllm_pair)
 from routing.workloads import seed_shared_prompts  # noqa: E402
 
 REQUEST_TIMEOUT = 60.0

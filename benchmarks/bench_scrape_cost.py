@@ -3,7 +3,7 @@ fresh prompt, with nobody reading /metrics and with a reader at the picker's int
 
     .venv/bin/python -m benchmarks.bench_scrape_cost [--rounds 3] [--interval 0.05] [--vllm-python PATH]
 
-The under-load benchmark's two servers (routing/underload.py: the `medium` tiny model, its
+The under-load benchmark's two servers (benchmarks/underload.py: the `medium` tiny model, its
 server flags); on both at once, each round sends to each server a ~1,200-token prefix of its
 own, then 12 hits on it (the prefix and a short question) and 4 fresh ~1,500-token prompts,
 one request at a time, first unscraped and then scraped, after one such round unmeasured
@@ -26,10 +26,10 @@ import threading
 import time
 import urllib.request
 
-from routing.calibrate import Scraper, UrlPod, prompt
-from routing.simulate import DEFAULT_SCRAPE_INTERVAL
-from routing.underload import add_pair_options, benchmark_pair, system_prompt
-from routing.vllm_server import StepError, VllmUnavailable, resolve_vllm_python
+from benchmarks.underload import add_pair_options, benchmark_pair, system_prompt
+from routing.lab.vllm_server import StepError, VllmUnavailable, resolve_vllm_python
+from routing.live.calibrate import Scraper, UrlPod, prompt
+from routing.simulation.fleet import DEFAULT_SCRAPE_INTERVAL
 
 HITS, MISSES = 12, 4
 MISS_WORDS = 600  # ~1,500 tokens with the tiny model's tokenizer

@@ -31,10 +31,10 @@ import argparse
 import sys
 import time
 
-from routing.latency import LatencyProfile
-from routing.underload import (Experiment, add_pair_options, benchmark_pair, calibrate_pair, compare, format_rows,
-                              ranking, target_tallies)
-from routing.vllm_server import DEFAULT_START_TIMEOUT, StepError, VllmUnavailable, resolve_vllm_python
+from benchmarks.underload import (Experiment, add_pair_options, benchmark_pair, calibrate_pair, compare, format_rows,
+                                  ranking, target_tallies)
+from routing.lab.vllm_server import DEFAULT_START_TIMEOUT, StepError, VllmUnavailable, resolve_vllm_python
+from routing.simulation.latency import LatencyProfile
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -9,7 +9,9 @@ from __future__ import annotations
 import argparse
 import sys
 
-from . import calibrate, demo, predict, serve, verify
+from routing.lab import demo
+from routing.live import calibrate, serve, verify
+from routing.simulation import predict
 
 COMMANDS = (predict, calibrate, verify, serve, demo)
 

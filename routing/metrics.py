@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from .tables import NO_PREFIX_METRIC
+from routing.tables import NO_PREFIX_METRIC
 
 REQUESTS = "vllm:request_success_total"
 # (hits, queries) per spelling, newest first.

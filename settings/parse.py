@@ -12,36 +12,14 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from routing.plugins import PickerConfigError, load_endpoint_picker_config
+from settings.picker_config import PickerConfigError, load_endpoint_picker_config
 
 from .errors import HIDDEN, NOT_SET, SettingsError
-from .model import (
-    DEFAULT_IMPLEMENTATION,
-    DEFAULT_NAMESPACE,
-    DEPENDENCY_ADDON_MINIMUMS,
-    DEFAULT_VLLM_IMAGE,
-    GATEWAY_IMPLEMENTATIONS,
-    WEIGHT_NAMES,
-    ClusterSettings,
-    GatewaySettings,
-    GpuNodeSettings,
-    JwtSettings,
-    ModelSettings,
-    NodeGroupSize,
-    PickerConfigMap,
-    Settings,
-    SystemNodeSettings,
-    default_of,
-    frozen_mapping,
-    is_bottlerocket,
-)
-from .hyperpod import (
-    HyperPodParser,
-    capacity_problems,
-    hyperpod_warnings,
-    parse_platform,
-    picker_replica_warnings,
-)
+from .hyperpod import HyperPodParser, capacity_problems, hyperpod_warnings, parse_platform, picker_replica_warnings
+from .model import (DEFAULT_IMPLEMENTATION, DEFAULT_NAMESPACE, DEFAULT_VLLM_IMAGE, DEPENDENCY_ADDON_MINIMUMS,
+                    GATEWAY_IMPLEMENTATIONS, WEIGHT_NAMES, ClusterSettings, GatewaySettings, GpuNodeSettings,
+                    JwtSettings, ModelSettings, NodeGroupSize, PickerConfigMap, Settings, SystemNodeSettings,
+                    default_of, frozen_mapping, is_bottlerocket)
 from .reader import MISSING, Coerce, ConfigNode, Problems, decode_json, did_you_mean
 
 # Where Pulumi.yaml is: relative paths in the config are read from here, as `pulumi up` runs here.

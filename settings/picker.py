@@ -9,7 +9,7 @@ from typing import Any
 
 import yaml
 
-from routing.plugins import endpoint_picker_config_yaml, render_endpoint_picker_config
+from settings.picker_config import endpoint_picker_config_yaml, render_endpoint_picker_config
 
 from .model import ModelSettings
 

@@ -1,6 +1,6 @@
 """Two real vLLM CPU servers serving the tiny model, shared by the whole e2e session.
 
-No hub download: the model is built locally (routing.tinymodel). The vLLM python comes from
+No hub download: the model is built locally (routing.lab.tinymodel). The vLLM python comes from
 $VLLM_PYTHON (or .venv-vllm/bin/python); `bash .ci/setup-vllm.sh .venv-vllm` creates it.
 Locally the tests skip with the reason when it is missing; they fail instead when a full run
 requires them: in CI (CI=true) or with ROUTING_E2E_REQUIRED=1 (./test.sh's full mode sets it
@@ -13,7 +13,7 @@ import os
 
 import pytest
 
-from routing.vllm_server import VllmPair, have_vllm_python, vllm_pair, wait_until_healthy
+from routing.lab.vllm_server import VllmPair, have_vllm_python, vllm_pair, wait_until_healthy
 
 
 class TerminalLines:

@@ -25,11 +25,11 @@ from dataclasses import dataclass
 import pytest
 
 from routing import __main__ as cli
-from routing.demo import counts, measure_through_serve, predict_like
-from routing.predict import Prediction
-from routing.serve import ROUTED_HEADER, RoutedRequest, start_gateway
-from routing.verify import Measurement
-from routing.vllm_server import SERVED_MODEL, VllmPair
+from routing.lab.demo import counts, measure_through_serve, predict_like
+from routing.lab.vllm_server import SERVED_MODEL, VllmPair
+from routing.live.serve import ROUTED_HEADER, RoutedRequest, start_gateway
+from routing.live.verify import Measurement
+from routing.simulation.prediction import Prediction
 from routing.workloads import seed_shared, seed_unique
 
 SEED = 11

@@ -11,10 +11,10 @@ import anthropic
 import openai
 import pytest
 
-from routing.picker import Request
-from routing.prefix import HFTokenizerFile, server_tokens
-from routing.serve import DECISION_HEADER, EXPLAIN_HEADER, ROUTED_HEADER, start_gateway
-from routing.vllm_server import SERVED_MODEL, VllmPair
+from routing.lab.vllm_server import SERVED_MODEL, VllmPair
+from routing.live.serve import DECISION_HEADER, EXPLAIN_HEADER, ROUTED_HEADER, start_gateway
+from routing.picker.endpoint_picker import Request
+from routing.picker.prefix import HFTokenizerFile, server_tokens
 
 SEED = 5
 PNG_URL = ("data:image/png;base64,iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8BQDwAEhQGAhKmMIQAAAABJ"

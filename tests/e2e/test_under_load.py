@@ -2,8 +2,8 @@
 
 Its own pair of servers, each with its own core: the tiny model at its `medium` size (prefill
 costs more than the front ends' and the client's share of the machine) and a small KV cache
-(routing.underload.SERVER_ARGS), calibrated with `calibrate` through a `serve` as the
-gateway (routing.underload.calibrate_pair). Each of
+(benchmarks.underload.SERVER_ARGS), calibrated with `calibrate` through a `serve` as the
+gateway (benchmarks.underload.calibrate_pair). Each of
 the three workloads runs once per setting (default weights, prefix=0,queue=3,kvCache=2,
 round-robin), predicted over three seeds. What is asserted is what held run after run in
 the benchmark (benchmarks/bench_under_load.py; the README has its table) and in the test's
@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import pytest
 
-from routing.underload import benchmark_pair, calibrate_pair, compare, format_rows, ranking
+from benchmarks.underload import benchmark_pair, calibrate_pair, compare, format_rows, ranking
 
 # Points of hit rate between prediction and one measured run. With the default weights the
 # prefix scorer decides: runs measured what was predicted within a point, except under cache

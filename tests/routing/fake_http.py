@@ -14,7 +14,7 @@ from typing import Callable
 
 from aiohttp import web
 
-from routing.serve import ThreadedApp
+from routing.live.serve import ThreadedApp
 
 
 @dataclass

@@ -5,12 +5,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import pytest
-
 from fake_http import FakeModelServer
+
 from routing import __main__ as cli
-from routing import demo, vllm_server
-from routing.prefix import EstimateTokenizer
-from routing.vllm_server import VllmStartError
+from routing.lab import demo, vllm_server
+from routing.lab.vllm_server import VllmStartError
+from routing.picker.prefix import EstimateTokenizer
 
 
 @dataclass

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import pytest
 
-from routing.engine import BlockPool, CapacityError, Engine, EngineRequest, Published
-from routing.latency import EngineLimits, LatencyModel
+from routing.simulation.engine import BlockPool, CapacityError, Engine, EngineRequest, Published
+from routing.simulation.latency import EngineLimits, LatencyModel
 
 LATENCY = LatencyModel(step_s=1.0, prefill_token_s=0.1, decode_seq_s=0.0, overhead_s=0.0)
 ROOMY = EngineLimits(max_num_seqs=8, max_num_batched_tokens=64)

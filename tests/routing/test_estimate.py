@@ -6,10 +6,11 @@ import struct
 import pytest
 import xxhash
 
-from routing.estimate import COMPLETIONS, COUNT_TOKENS, EMBEDDINGS, GENERATE, MESSAGES, RESPONSES, ServerPrompt, image_size, parse_body
-from routing.picker import EndpointPicker, PickerConfigError, PodMetrics, Request
-from routing.plugins import load_endpoint_picker_config
-from routing.prefix import character_block_hashes, picker_block_hashes, pseudo_token_bytes
+from routing.picker.endpoint_picker import EndpointPicker, PickerConfigError, PodMetrics, Request
+from routing.picker.estimate import (COMPLETIONS, COUNT_TOKENS, EMBEDDINGS, GENERATE, MESSAGES, RESPONSES, ServerPrompt,
+                                     image_size, parse_body)
+from routing.picker.prefix import character_block_hashes, picker_block_hashes, pseudo_token_bytes
+from settings.picker_config import load_endpoint_picker_config
 
 MODEL = "m"
 # 64 pseudo-tokens of 4 bytes: one picker block.

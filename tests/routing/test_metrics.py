@@ -6,7 +6,7 @@ import pytest
 
 from routing.metrics import (NO_PREFIX_METRIC, DeltaReport, MetricsError, PodDelta, VllmMetrics, counter_delta,
                              diff_reads, parse_metrics)
-from routing.simulate import SimulationResult
+from routing.simulation.fleet import SimulationResult
 from routing.tables import format_pod_table, percent
 
 # Trimmed from a real vLLM 0.32 CPU server (engine and model_name labels, _created samples).

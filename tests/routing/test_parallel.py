@@ -7,11 +7,11 @@ import threading
 
 import pytest
 
-from routing import parallel as parallel_module, predict
-from routing.arrivals import plan_load
-from routing.parallel import can_fork, run_beside
-from routing.predict import Load, run_prediction
-from routing.underload import experiments
+from benchmarks.underload import experiments
+from routing.simulation import parallel as parallel_module, prediction as predict
+from routing.simulation.load_plan import plan_load
+from routing.simulation.parallel import can_fork, run_beside
+from routing.simulation.prediction import Load, run_prediction
 
 # CI and this project's machines have two cores; on one core the fork is skipped by design.
 needs_fork = pytest.mark.skipif(not can_fork(), reason="one core or no fork: run_beside runs both here")

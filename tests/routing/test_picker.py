@@ -4,9 +4,9 @@ from collections import Counter
 
 import pytest
 
-from routing.picker import (WEIGHT_NAMES, EndpointPicker, PickerConfigError, PodMetrics, Request,
-                            RoundRobinPicker)
-from routing.plugins import load_endpoint_picker_config
+from routing.picker.endpoint_picker import (WEIGHT_NAMES, EndpointPicker, PickerConfigError, PodMetrics, Request,
+                                            RoundRobinPicker)
+from settings.picker_config import load_endpoint_picker_config
 
 MODEL = "Qwen/Qwen2.5-0.5B-Instruct"
 # The picker hashes pseudo-tokens of 4 bytes in blocks of at least 64 of them: 256 characters.

@@ -7,11 +7,11 @@ import textwrap
 
 import pytest
 
-from routing.picker import EndpointPicker, PodMetrics, Request
-from routing.plugins import (KNOWN_TYPES, MODELLED_TYPES, WEIGHT_PLUGIN_TYPES, PickerConfigError,
-                             endpoint_picker_config_yaml, load_endpoint_picker_config,
-                             render_endpoint_picker_config)
+from routing.picker.endpoint_picker import EndpointPicker, PodMetrics, Request
 from settings import DEFAULT_WEIGHTS, WEIGHT_NAMES
+from settings.picker_config import (KNOWN_TYPES, MODELLED_TYPES, WEIGHT_PLUGIN_TYPES, PickerConfigError,
+                                    endpoint_picker_config_yaml, load_endpoint_picker_config,
+                                    render_endpoint_picker_config)
 
 HEADER = {"apiVersion": "llm-d.ai/v1alpha1", "kind": "EndpointPickerConfig"}
 MODEL = "Qwen/Qwen2.5-0.5B-Instruct"
@@ -92,10 +92,9 @@ def test_weight_names_are_the_stack_settings_weight_names():
 
 
 def test_the_module_imports_only_the_standard_library_and_yaml():
-    # The Pulumi program imports it: nothing of the routing toolkit's own dependencies may load.
-    probe = ("import sys, routing.plugins; "
-             "print(sorted(m for m in ('xxhash', 'aiohttp', 'tokenizers', 'settings', 'pulumi', 'routing.picker') "
-             "if m in sys.modules))")
+    # The Pulumi program imports it: nothing of the routing toolkit, nor its own dependencies, may load.
+    probe = ("import sys, settings.picker_config; "
+             "print(sorted(m for m in ('xxhash', 'aiohttp', 'tokenizers', 'pulumi', 'routing') if m in sys.modules))")
     assert subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
                           check=True).stdout.strip() == "[]"
 

@@ -8,15 +8,14 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies as st
 from tokenizers import Tokenizer, models, pre_tokenizers, trainers
 
-from routing import predict as predict_command
-from routing.picker import EndpointPicker
-from routing.predict import predict, run_prediction
-from routing.prefix import EstimateTokenizer
-from routing.simulate import SimulatedServer, simulate_side_by_side
+from routing.picker.endpoint_picker import EndpointPicker
+from routing.picker.prefix import EstimateTokenizer
+from routing.simulation import predict as predict_command
+from routing.simulation.fleet import SimulatedServer, simulate_side_by_side
+from routing.simulation.prediction import predict, run_prediction
 from routing.workloads import (SEED_MODEL, WorkloadError, load_jsonl, seed_shared, seed_shared_prompts, seed_unique,
                                seed_unique_prompts, to_requests)
 

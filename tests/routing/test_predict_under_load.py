@@ -9,19 +9,18 @@ import re
 from pathlib import Path
 
 import pytest
-
-from routing import predict as predict_command
-from routing import sweep
-from routing.arrivals import Arrival, LoadPlan, load_arrivals, plan_load
-from routing.calibrate import (REQUESTS_PER_PHASE, CalibrateError, PhaseShape, calibrate, fit, histogram_totals,
-                               replay_phase)
-from routing.latency import EngineLimits, LatencyModel, LatencyProfile, ProfileError, percentile
-from routing.picker import EndpointPicker, Request, RoundRobinPicker, with_default_weights
-from routing.predict import Load, run_prediction
-from routing.prefix import EstimateTokenizer
-from routing.simulate import Fleet, prepare, replay_recorded, simulate_under_load
-from routing.workloads import WorkloadError, seed_shared, to_requests
 from test_predict import run_cli
+
+from routing.live.calibrate import (REQUESTS_PER_PHASE, CalibrateError, PhaseShape, calibrate, fit, histogram_totals,
+                                    replay_phase)
+from routing.picker.endpoint_picker import EndpointPicker, Request, RoundRobinPicker, with_default_weights
+from routing.picker.prefix import EstimateTokenizer
+from routing.simulation import predict as predict_command, prediction as prediction_module, sweep
+from routing.simulation.fleet import Fleet, prepare, replay_recorded, simulate_under_load
+from routing.simulation.latency import EngineLimits, LatencyModel, LatencyProfile, ProfileError, percentile
+from routing.simulation.load_plan import LoadPlan, plan_load
+from routing.simulation.prediction import Load, PredictError, run_prediction
+from routing.workloads import Arrival, WorkloadError, load_arrivals, seed_shared, to_requests
 
 LATENCY = LatencyModel(step_s=0.01, prefill_token_s=0.0001, decode_seq_s=0.001, overhead_s=0.0)
 LIMITS = EngineLimits(max_num_seqs=64, max_num_batched_tokens=4096)
@@ -305,7 +304,7 @@ def test_a_profiles_cache_and_scheduler_sizes_must_be_whole_numbers(tmp_path, ke
 
 
 def test_calibrate_refuses_a_scrape_interval_the_gateways_picker_would_override(capsys):
-    from routing import calibrate as calibrate_command
+    from routing.live import calibrate as calibrate_command
 
     parser = argparse.ArgumentParser()
     calibrate_command.add_parser(parser.add_subparsers())
@@ -379,7 +378,8 @@ def test_options_that_would_be_ignored_are_refused(capsys, argv, message):
 
 def test_a_heat_map_of_one_weight_keeps_its_title_and_labels_on_the_figure(tmp_path):
     import matplotlib.image
-    from routing.plot import MIN_WIDTH_INCHES, heat_map
+
+    from routing.simulation.plot import MIN_WIDTH_INCHES, heat_map
 
     results = [sweep.SettingResult({"prefix": p}, 0.5 + p / 10, (0.5, 0.6), 0.2, 0.1) for p in range(2)]
     path = tmp_path / "one.png"
@@ -479,7 +479,7 @@ def test_percentile_interpolates_like_numpy():
 def test_the_picker_breaks_ties_exactly_as_shuffle_then_stable_sort():
     import random as random_module
 
-    from routing.picker import PodMetrics
+    from routing.picker.endpoint_picker import PodMetrics
 
     rng = random_module.Random(11)
     for seed in range(30):
@@ -521,7 +521,7 @@ def test_a_weight_change_needs_a_clock(tmp_path):
     path = tmp_path / "w.jsonl"
     path.write_text(json.dumps({"at": 0, "session": None, "body": body("a")}).replace('"at": 0, ', "") + "\n"
                     + json.dumps({"at": 1, "weights": {"prefix": 0}}) + "\n")
-    from routing.arrivals import load_weight_changes
+    from routing.workloads import load_weight_changes
 
     arrivals = load_arrivals(str(path))
     with pytest.raises(WorkloadError, match="changes weights at set times, so it needs a clock"):
@@ -645,7 +645,7 @@ def test_a_batch_completion_is_one_request_per_prompt_serially_and_refused_under
     serial = run_prediction(to_requests(batch), replicas=2, seed=1)
     assert serial.picker.requests == 2  # vLLM runs (and counts) each prompt as a request
     plan = plan_load([Arrival(b, r) for b, r in zip(batch, to_requests(batch))], concurrency=1)
-    with pytest.raises(predict_command.PredictError, match="holds 2 prompts in one completion"):
+    with pytest.raises(PredictError, match="holds 2 prompts in one completion"):
         run_prediction(to_requests(batch), replicas=2, seed=1, load=Load(plan, (4,)), latency=LATENCY)
 
 
@@ -680,7 +680,7 @@ def test_calibrate_runs_every_phase_on_every_pod_together_and_reports_the_pod_th
 
 
 def test_the_benchmarks_target_tallies_count_each_target_and_name_the_rows_that_miss():
-    from routing.underload import Row, Run, target_tallies
+    from benchmarks.underload import Row, Run, target_tallies
 
     def row(experiment, setting, measured, predicted):
         return Row(experiment, setting, (Run(*measured),), (Run(*predicted),))
@@ -717,7 +717,7 @@ def test_the_benchmarks_target_tallies_count_each_target_and_name_the_rows_that_
 
 
 def test_the_benchmarks_table_shows_the_replay_and_the_servers_own_means_beside_the_predicted_ones():
-    from routing.underload import Row, Run, format_rows
+    from benchmarks.underload import Row, Run, format_rows
 
     # The run with a failed request has no replay: the replay's error is against the other run's p50.
     # The engine's part is over the runs whose server reported it (the first did not).
@@ -734,7 +734,7 @@ def test_the_benchmarks_table_shows_the_replay_and_the_servers_own_means_beside_
 
 
 def test_the_engines_part_of_ttft_is_what_vllm_reports_per_request_scheduled_to_first_token():
-    from routing.underload import engine_ttfts
+    from benchmarks.underload import engine_ttfts
 
     # Two requests of 100 prompt tokens, sent 1 ms apart to one idle server: the first is
     # scheduled on arrival and prefilled in one step; the second arrives during that step,
@@ -754,13 +754,13 @@ def test_the_engines_part_of_ttft_is_what_vllm_reports_per_request_scheduled_to_
 
 def test_a_sweep_under_load_replays_round_robin_once_per_seed_with_the_same_figures(capsys, monkeypatch):
     replays = []
-    real_replay = predict_command.simulate_under_load
+    real_replay = prediction_module.simulate_under_load
 
     def counting(prepared, plan, fleet, **options):
         replays.append("picker" if fleet.reads_metrics else "round-robin")
         return real_replay(prepared, plan, fleet, **options)
 
-    monkeypatch.setattr(predict_command, "simulate_under_load", counting)
+    monkeypatch.setattr(prediction_module, "simulate_under_load", counting)
     argv = ("--pods", "2", "--workload", "seed-shared", "--concurrency", "3", "--seed", "5", "--runs", "2")
     status, out, err = run_cli(*argv, "--sweep", "prefix=0..2", "--json", capsys=capsys)
     assert status == 0
@@ -803,7 +803,7 @@ class TimedChannel:
 def test_the_gateway_hop_is_the_median_round_trip_through_it_less_the_median_straight_to_a_pod():
     import random as random_module
 
-    from routing.calibrate import GATEWAY_REQUESTS, gateway_hop
+    from routing.live.calibrate import GATEWAY_REQUESTS, gateway_hop
 
     now = [0.0]
     gateway = TimedChannel("serve", 0.030, now)
@@ -832,7 +832,7 @@ def test_the_gateway_hop_delays_every_requests_first_token_serially_and_under_lo
 def test_the_benchmarks_prediction_of_each_setting_is_that_settings_own_side():
     from types import SimpleNamespace
 
-    from routing.underload import Experiment, predict_runs, tenants_workload
+    from benchmarks.underload import Experiment, predict_runs, tenants_workload
 
     # Four tenants' prompts, each its own prefix: the picker keeps a tenant on one pod, round-robin
     # spreads it, so their hit rates differ and each row must get its own.
@@ -856,7 +856,7 @@ def test_a_process_cpu_seconds_are_what_the_process_counted_itself():
     import subprocess
     import sys
 
-    from routing.underload import cpu_seconds
+    from benchmarks.underload import cpu_seconds
 
     # A stand-in for `serve`: it burns about 0.3 s of CPU, reports its own count, then idles.
     burner = subprocess.Popen([sys.executable, "-c", "import sys, time\nwhile time.process_time() < 0.3: pass\n"
@@ -872,7 +872,7 @@ def test_a_process_cpu_seconds_are_what_the_process_counted_itself():
 
 
 def test_the_cpu_takers_are_cpu_seconds_per_second_of_the_block(monkeypatch):
-    from routing import underload
+    from benchmarks import underload
 
     # Over 10 s of the block, this process used 1.5 s of CPU, serve 4 s, the two API servers
     # 2 s and 3 s, and the hypervisor ran something else for 0.5 s of the cores' time.
@@ -890,7 +890,7 @@ def test_the_cpu_takers_are_cpu_seconds_per_second_of_the_block(monkeypatch):
 
 
 def test_the_reply_spacing_is_taken_over_the_replies_whose_first_tokens_one_step_sampled():
-    from routing.underload import Sent, same_step_spacing
+    from benchmarks.underload import Sent, same_step_spacing
 
     def reply(pod, sent_at, ttft, ended_at):
         return Sent(ttft, pod, sent_at, ended_at=ended_at)
@@ -909,7 +909,7 @@ def test_the_reply_spacing_is_taken_over_the_replies_whose_first_tokens_one_step
 def test_stolen_cpu_seconds_is_the_steal_column_of_proc_stat(monkeypatch, tmp_path):
     import os
 
-    from routing import underload
+    from benchmarks import underload
 
     # Two cores' sums; steal, the 8th figure, is 250 ticks: 2.5 s at 100 ticks a second.
     stat = tmp_path / "stat"
@@ -923,7 +923,7 @@ def test_the_benchmark_measures_the_settings_in_turns_and_tables_each_settings_o
     import io
     from types import SimpleNamespace
 
-    from routing import underload
+    from benchmarks import underload
 
     # Stand-ins for the servers: each measured run returns its own place in the order of runs.
     order = []
@@ -967,8 +967,8 @@ def test_the_benchmark_client_releases_its_first_requests_together(monkeypatch):
     import threading
     import time
 
-    from routing import underload
-    from routing.underload import Sent, chat_workload
+    from benchmarks import underload
+    from benchmarks.underload import Sent, chat_workload
 
     class SlowToStart(threading.Thread):
         def start(self):

@@ -5,15 +5,14 @@ import struct
 
 import pytest
 import xxhash
-from hypothesis import given
-from hypothesis import strategies as st
+from hypothesis import given, strategies as st
 from tokenizers import Tokenizer, models, pre_tokenizers, processors, trainers
 
-from routing.picker import Request
-from routing.prefix import (EstimateTokenizer, HFTokenizerFile, TokenizerFileError, go_json, picker_block_hashes,
-                            server_tokens,
-                            picker_block_size, pseudo_token_bytes, pseudo_tokens, server_block_keys)
-from routing.simulate import SimulatedServer
+from routing.picker.endpoint_picker import Request
+from routing.picker.prefix import (EstimateTokenizer, HFTokenizerFile, TokenizerFileError, go_json, picker_block_hashes,
+                                   picker_block_size, pseudo_token_bytes, pseudo_tokens, server_block_keys,
+                                   server_tokens)
+from routing.simulation.fleet import SimulatedServer
 
 
 def test_pseudo_tokens_pack_four_utf8_bytes_little_endian_zero_padded():

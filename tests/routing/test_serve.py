@@ -4,19 +4,18 @@ from __future__ import annotations
 
 import json
 import time
-from pathlib import Path
 import urllib.error
 import urllib.request
+from pathlib import Path
 
 import pytest
+from fake_http import FakeModelServer
 
 from routing import __main__ as cli
+from routing.live.serve import DECISION_HEADER, EXPLAIN_HEADER, ROUTED_HEADER, STALENESS, Backend, Scrape, start_gateway
 from routing.metrics import ZERO
-from routing.plugins import load_endpoint_picker_config
-from routing.serve import DECISION_HEADER, EXPLAIN_HEADER, ROUTED_HEADER, STALENESS, Backend, Scrape, start_gateway
 from routing.workloads import seed_shared, seed_unique
-
-from fake_http import FakeModelServer
+from settings.picker_config import load_endpoint_picker_config
 
 
 @pytest.fixture
@@ -259,7 +258,7 @@ def test_a_stack_whose_model_has_a_custom_picker_config_is_refused(tmp_path, cap
 
 
 def test_serve_routes_with_the_picker_config_a_stack_gives_its_model(tmp_path, backends, capsys):
-    from routing import serve
+    from routing.live import serve
 
     dev = (Path(__file__).resolve().parents[2] / "stacks" / "Pulumi.dev.yaml").read_text()
     marker = "      model: Qwen/Qwen2.5-0.5B-Instruct\n"

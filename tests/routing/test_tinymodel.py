@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from routing import tinymodel
+from routing.lab import tinymodel
 
 
 def write_build(out, summary: dict) -> None:

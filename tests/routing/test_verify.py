@@ -12,14 +12,13 @@ from pathlib import Path
 import aiohttp
 import pytest
 from aiohttp import web
-
 from fake_http import FakeModelServer
+
 from routing import __main__ as cli
-from routing.serve import ThreadedApp
-from routing.verify import KubeGateway, UrlGateway, UrlPods, measure, resolve_target
+from routing.live.serve import ThreadedApp
+from routing.live.verify import KubeGateway, UrlGateway, UrlPods, measure, resolve_target
 from routing.workloads import seed_unique
-from settings import GATEWAY_OWNER_LABEL as GATEWAY_LABEL
-from settings import GATEWAY_SYSTEM_NAMESPACE as GATEWAY_NAMESPACE
+from settings import GATEWAY_OWNER_LABEL as GATEWAY_LABEL, GATEWAY_SYSTEM_NAMESPACE as GATEWAY_NAMESPACE
 from settings.endpoints import Location
 
 

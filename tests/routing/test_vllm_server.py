@@ -4,7 +4,7 @@ import sys
 
 import pytest
 
-from routing.vllm_server import VllmServer, cores_of
+from routing.lab.vllm_server import VllmServer, cores_of
 
 
 @pytest.mark.parametrize(("bind", "cores"), [("0", {0}), ("0-3", {0, 1, 2, 3}), ("0,2", {0, 2}), ("1,4-5", {1, 4, 5})])

@@ -28,17 +28,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping, Sequence, TextIO
 
-from .arrivals import Arrival, plan_load
-from .calibrate import UrlPod, calibrate, histogram_totals
-from .latency import DEFAULT_LIMITS, LatencyModel, LatencyProfile, percentile
-from .metrics import DeltaReport, diff_reads
-from .picker import Request
-from .predict import Load, Prediction, run_prediction
-from .simulate import Prepared, prepare, replay_recorded
-from .serve import ROUTED_HEADER
-from .tinymodel import SIZES
-from .verify import UrlPods
-from .vllm_server import DEFAULT_START_TIMEOUT, REPO_ROOT, VllmPair, free_port, vllm_pair
+from routing.lab.tinymodel import SIZES
+from routing.lab.vllm_server import DEFAULT_START_TIMEOUT, REPO_ROOT, VllmPair, free_port, vllm_pair
+from routing.live.calibrate import UrlPod, calibrate, histogram_totals
+from routing.live.serve import ROUTED_HEADER
+from routing.live.verify import UrlPods
+from routing.metrics import DeltaReport, diff_reads
+from routing.picker.endpoint_picker import Request
+from routing.simulation.fleet import Prepared, prepare, replay_recorded
+from routing.simulation.latency import DEFAULT_LIMITS, LatencyModel, LatencyProfile, percentile
+from routing.simulation.load_plan import plan_load
+from routing.simulation.prediction import Load, Prediction, run_prediction
+from routing.workloads import Arrival
 
 NO_PREFIX = {"prefix": 0, "queue": 3, "kvCache": 2}
 # (label, weights over the defaults, round-robin?)

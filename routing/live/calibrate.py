@@ -17,7 +17,7 @@ from the client's clock, so the API server's proxy in between adds nothing:
 
 A least-squares fit of step = step_s + prefill_token_s × tokens + decode_seq_s × sequences
 + context_token_s × cached tokens + prefill_attention_s × the pairs a prefill attends over
-(routing/latency.py) gives the model. Each phase is replayed on the simulated engine to know
+(routing/simulation/latency.py) gives the model. Each phase is replayed on the simulated engine to know
 which steps a mean covers: with several requests in flight, a request's prefill may share
 its step with others, and a decoding request's inter-token interval may hold a step that
 prefills a newly sent one (`replay_phase`). `vllm:cache_config_info` gives block size and KV
@@ -46,12 +46,12 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Protocol, Sequence
 
-from .engine import Engine, EngineRequest
-from .latency import DEFAULT_LIMITS, EngineLimits, LatencyModel, LatencyProfile
-from .metrics import parse_metrics
-from .options import (OptionError, add_model_options, http_url, load_stack_model, named_url, positive_int,
-                      positive_seconds, unique_named_urls)
-from .simulate import DEFAULT_BLOCK_SIZE, DEFAULT_SCRAPE_INTERVAL
+from routing.metrics import parse_metrics
+from routing.options import (OptionError, add_model_options, http_url, load_stack_model, named_url, positive_int,
+                             positive_seconds, unique_named_urls)
+from routing.simulation.engine import Engine, EngineRequest
+from routing.simulation.fleet import DEFAULT_BLOCK_SIZE, DEFAULT_SCRAPE_INTERVAL
+from routing.simulation.latency import DEFAULT_LIMITS, EngineLimits, LatencyModel, LatencyProfile
 
 HISTOGRAMS = ("vllm:request_prefill_time_seconds", "vllm:request_prefill_kv_computed_tokens",
               "vllm:request_queue_time_seconds", "vllm:time_to_first_token_seconds",
@@ -121,7 +121,7 @@ class KubePod:
         return f"/api/v1/namespaces/{self.namespace}/pods/{self.name}:{self.port}/proxy{path}"
 
     def _call(self, method: str, path: str, body: Mapping[str, Any] | None = None) -> bytes:
-        from .verify import api_failure
+        from routing.live.verify import api_failure
 
         try:
             status, data = self.api.call(method, self._path(path), body, timeout=REQUEST_TIMEOUT)
@@ -537,7 +537,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 def _pods(args: argparse.Namespace) -> list[PodChannel]:
     if args.pod_url:
         return [UrlPod(name, url) for name, url in unique_named_urls("--pod-url", args.pod_url).items()]
-    from .verify import KubeApi, KubePods
+    from routing.live.verify import KubeApi, KubePods
 
     found = load_stack_model(args.stack, args.model, args.stacks_dir)
     api = KubeApi(args.context, args.kubeconfig)

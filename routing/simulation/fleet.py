@@ -15,12 +15,13 @@ from collections import OrderedDict, deque
 from dataclasses import dataclass, replace
 from typing import Callable, Iterable, Mapping, Sequence
 
-from .arrivals import LoadPlan
-from .engine import Engine, EngineRequest, Published
-from .latency import EngineLimits, LatencyModel
-from .metrics import DeltaReport, PodDelta
-from .picker import DEFAULT_LRU_CAPACITY_PER_SERVER, Decision, HashPlan, Hashed, Picker, PodMetrics, Request
-from .prefix import Tokenizer, server_block_keys, server_tokens
+from routing.metrics import DeltaReport, PodDelta
+from routing.picker.endpoint_picker import (DEFAULT_LRU_CAPACITY_PER_SERVER, Decision, Hashed, HashPlan, Picker,
+                                            PodMetrics, Request)
+from routing.picker.prefix import Tokenizer, server_block_keys, server_tokens
+from routing.simulation.engine import Engine, EngineRequest, Published
+from routing.simulation.latency import EngineLimits, LatencyModel
+from routing.simulation.load_plan import LoadPlan
 
 # vLLM's default KV block size on GPUs (on CPU it is 128).
 DEFAULT_BLOCK_SIZE = 16

@@ -10,20 +10,14 @@ from __future__ import annotations
 
 import argparse
 import itertools
-import json
-import sys
 import time
 from dataclasses import dataclass
-from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Mapping, Sequence, TextIO
+from typing import Callable, Mapping, Sequence, TextIO
 
+from routing.simulation.latency import percentile
+from routing.simulation.prediction import Prediction
+from routing.tables import percent
 from settings import WEIGHT_NAMES
-
-from .latency import percentile
-from .tables import percent
-
-if TYPE_CHECKING:
-    from .predict import Prediction, _Setup
 
 OBJECTIVES = ("hit-rate", "ttft-p95", "balance")
 DEFAULT_OBJECTIVE = "hit-rate"
@@ -133,45 +127,3 @@ def config_lines(best: SettingResult, config_path: str, stack: str | None,
     weights = {**{name: value for name, value in (overrides or {}).items() if name not in best.setting},
                **best.setting}
     return [f"pulumi config set --path '{config_path}.{name}' {value}{where}" for name, value in weights.items()]
-
-
-def run_sweep(args: argparse.Namespace, setup: _Setup, seed: int) -> int:
-    base = dict(setup.target.weights)
-    grid: Mapping[str, Sequence[int]] = args.sweep
-
-    def evaluate(setting: Mapping[str, int]) -> SettingResult:
-        weights = {**base, **setting}
-        return summarise(setting, [setup.predict(args, weights, seed + run) for run in range(args.runs)])
-
-    objective = args.objective or DEFAULT_OBJECTIVE
-    results = sweep(grid, evaluate, sys.stderr)
-    best = best_of(results, objective)
-    if args.plot:
-        from .plot import heat_map  # matplotlib only when a plot is asked for
-
-        heat_map(results, args.plot, title=f"{setup.target.title}: workload {Path(args.workload).name}, "
-                                           f"{args.runs} run{'s' if args.runs > 1 else ''} per setting",
-                 best=best, objective=objective)
-    commands = config_lines(best, setup.target.config_path, args.stack, args.weights)
-    if args.json:
-        print(json.dumps({"objective": objective, "best": best.to_json(), "pulumi": commands,
-                          "settings": [r.to_json() for r in results]}, indent=2))
-        return 0
-    held = {name: value for name, value in base.items() if name not in grid and value}
-    print(f"{setup.target.title}: {setup.target.replicas} pods, workload {args.workload} ({len(setup.requests)} "
-          f"requests), {len(results)} settings × {args.runs} run{'s' if args.runs > 1 else ''} (seeds from {seed})")
-    if held:
-        print("  held: " + " ".join(f"{name}={value}" for name, value in held.items()))
-    for note in setup.notes:
-        print(f"  {note}")
-    print("  imbalance: the busiest pod's requests over the mean, less 1 (0 = an even split)\n")
-    print(format_table(results, best, args.runs))
-    label = ", ".join(f"{name}={value}" for name, value in best.setting.items())
-    print(f"\nBest for {objective}: {label} (hit rate {percent(best.hit_rate)}, TTFT p95 "
-          f"{best.ttft_p95 * 1000:.1f} ms, imbalance {best.imbalance:.2f}). To deploy it:")
-    for command in commands:
-        print(f"  {command}")
-    if args.plot:
-        print(f"Heat map written to {args.plot}")
-    return 0
-

@@ -1,7 +1,7 @@
 """A model of the gateway's endpoint picker: which pod a request goes to, and why.
 
 It follows llm-d router v0.10.0 (LDR), the picker the HyperPod `llm-d` scheduler runs, built
-plugin by plugin from an EndpointPickerConfig (routing/plugins.py; HyperPod-style weights are
+plugin by plugin from an EndpointPickerConfig (settings/picker_config.py; HyperPod-style weights are
 rendered into one first). Citations name the
 upstream file each formula comes from (shared/reference/endpoint-picker-upstream.md
 section 3). The picker sees only what it scrapes from each pod's /metrics (`PodMetrics`) and
@@ -17,14 +17,13 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Mapping, NamedTuple, Protocol, Sequence
 
+from routing.picker.estimate import SURROGATE_FIX, ServerPrompt, lone_surrogate, parse_body
+from routing.picker.prefix import character_block_hashes, picker_block_hashes, picker_block_size, pseudo_token_bytes
 from settings import DEFAULT_WEIGHTS, WEIGHT_NAMES
-
-from .estimate import SURROGATE_FIX, ServerPrompt, lone_surrogate, parse_body
-from .plugins import (KV_CACHE, LORA_AFFINITY, MAX_SCORE_PICKER, NO_HIT_LRU, PREFIX, PREFIX_PRODUCER, QUEUE,
-                      RUNNING_REQUESTS, SINGLE_PROFILE_HANDLER, TOKEN_PRODUCER, EndpointPickerConfig,
-                      PickerConfigError, PluginSpec, SchedulingProfile, load_endpoint_picker_config,
-                      render_endpoint_picker_config)
-from .prefix import character_block_hashes, picker_block_hashes, picker_block_size, pseudo_token_bytes
+from settings.picker_config import (KV_CACHE, LORA_AFFINITY, MAX_SCORE_PICKER, NO_HIT_LRU, PREFIX, PREFIX_PRODUCER,
+                                    QUEUE, RUNNING_REQUESTS, SINGLE_PROFILE_HANDLER, TOKEN_PRODUCER,
+                                    EndpointPickerConfig, PickerConfigError, PluginSpec, SchedulingProfile,
+                                    load_endpoint_picker_config, render_endpoint_picker_config)
 
 __all__ = [
     "WEIGHT_NAMES", "PodMetrics", "Request", "Decision", "ScoreBreakdown", "PodScore", "ScorerContribution", "Picker", "EndpointPicker", "RoundRobinPicker",
@@ -105,7 +104,7 @@ class Request:
     @classmethod
     def from_openai_body(cls, body: Mapping[str, Any], api: str | None = None) -> Request:
         """A /v1/completions, /v1/chat/completions or /v1/embeddings body (`api`, inferred from its
-        fields when None), as the estimate backend reads it (routing/estimate.py). Raises
+        fields when None), as the estimate backend reads it (routing/picker/estimate.py). Raises
         ValueError for what upstream refuses, or what is not text."""
         parsed = parse_body(body, api)
         return cls(model=parsed.model, prompt=parsed.text, cache_salt=parsed.cache_salt,

@@ -33,8 +33,7 @@ import random
 from collections import OrderedDict, deque
 from typing import Callable, NamedTuple, Sequence
 
-from .latency import EngineLimits, LatencyModel, prefill_pairs as chunk_pairs
-
+from routing.simulation.latency import EngineLimits, LatencyModel, prefill_pairs as chunk_pairs
 
 # Keys for full blocks that hold generated tokens: unique, so they never match a prompt.
 _OUTPUT_KEYS = itertools.count(1)

@@ -23,14 +23,13 @@ import urllib.request
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Protocol, Sequence, TextIO
 
+from routing.metrics import DeltaReport, VllmMetrics, diff_reads, parse_metrics
+from routing.options import (URL_SCHEMES, OptionError, add_model_options, http_url, load_stack_model, named_url,
+                             port_number, unique_named_urls)
+from routing.tables import format_pod_table
+from routing.workloads import BUILTIN_WORKLOADS, WorkloadError, load_workload
 from settings import GATEWAY_OWNER_LABEL, GATEWAY_SYSTEM_NAMESPACE, VLLM_PORT
 from settings.endpoints import Location, gateway_scheme, gateway_service, picker_pods
-
-from .metrics import DeltaReport, VllmMetrics, diff_reads, parse_metrics
-from .options import (URL_SCHEMES, OptionError, add_model_options, http_url, load_stack_model, named_url,
-                      port_number, unique_named_urls)
-from .tables import format_pod_table
-from .workloads import BUILTIN_WORKLOADS, WorkloadError, load_workload
 
 # The page's curl loop uses -m 60 per request and -m 15 per metrics read.
 REQUEST_TIMEOUT = 60.0

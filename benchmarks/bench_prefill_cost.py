@@ -1,6 +1,6 @@
 """What prefill costs on a real vLLM CPU server, per tiny-model size (`tinymodel.SIZES`).
 
-    python -m routing.prefill_cost [--sizes tiny,small,medium] [--work-dir DIR]
+    python -m benchmarks.bench_prefill_cost [--sizes tiny,small,medium] [--work-dir DIR]
 
 For each size: builds the model (unless built), starts one vLLM server pinned to one core,
 then times uncached completions (max_tokens 1, a unique opening so no block is reused) of
@@ -22,8 +22,9 @@ import time
 import urllib.request
 from pathlib import Path
 
-from . import tinymodel
-from .vllm_server import REPO_ROOT, SERVED_MODEL, ServerTokenizer, VllmServer, have_vllm_python, wait_until_healthy
+from routing.lab import tinymodel
+from routing.lab.vllm_server import (REPO_ROOT, SERVED_MODEL, ServerTokenizer, VllmServer, have_vllm_python,
+                                     wait_until_healthy)
 
 SHORT_TOKENS, LONG_TOKENS = 250, 2000
 REPEATS = 5
@@ -32,7 +33,7 @@ REPEATS = 5
 def build(size: str, out_dir: Path, vllm_python: str) -> None:
     if tinymodel.is_built(out_dir):
         return
-    command = [vllm_python, "-m", "routing.tinymodel", str(out_dir), "--size", size]
+    command = [vllm_python, "-m", "routing.lab.tinymodel", str(out_dir), "--size", size]
     subprocess.run(command, cwd=REPO_ROOT, check=True, capture_output=True, timeout=600)
 
 
@@ -84,7 +85,7 @@ def measure(size: str, work_dir: Path, vllm_python: str) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m routing.prefill_cost", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.bench_prefill_cost", description=__doc__.split("\n\n")[0])
     parser.add_argument("--sizes", default=",".join(tinymodel.SIZES),
                         help=f"comma-separated sizes of {', '.join(tinymodel.SIZES)} (default all)")
     parser.add_argument("--work-dir", type=Path, help="where models and server logs go (default: a temporary one)")

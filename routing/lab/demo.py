@@ -25,14 +25,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence, TextIO
 
-from .metrics import DeltaReport
-from .predict import Prediction, run_prediction
-from .serve import RoutedRequest, start_gateway
-from .tables import format_pod_table, percent
-from .verify import Measurement, UrlGateway, UrlPods, judge, measure
-from .vllm_server import (DEFAULT_START_TIMEOUT, REPO_ROOT, SERVED_MODEL, StepError, VllmPair, VllmUnavailable,
-                          resolve_vllm_python, step, vllm_pair)
-from .workloads import seed_shared, seed_unique, to_requests
+from routing.lab.vllm_server import (DEFAULT_START_TIMEOUT, REPO_ROOT, SERVED_MODEL, StepError, VllmPair,
+                                     VllmUnavailable, resolve_vllm_python, step, vllm_pair)
+from routing.live.serve import RoutedRequest, start_gateway
+from routing.live.verify import Measurement, UrlGateway, UrlPods, judge, measure
+from routing.metrics import DeltaReport
+from routing.simulation.prediction import Prediction, run_prediction
+from routing.tables import format_pod_table, percent
+from routing.workloads import seed_shared, seed_unique, to_requests
 
 DEFAULT_WORK_DIR = REPO_ROOT / "build" / "demo"
 DEFAULT_SEED = 7
@@ -124,7 +124,7 @@ def run_one(run: Run, pair: VllmPair, *, seed: int, out: TextIO) -> RunResult:
     prediction = predict_like(pair, bodies, run.weights, seed=seed)
     verdict = judge(measurement, run.expect)
     print(side_by_side("measured (vLLM counters)", format_pod_table(measurement.report),
-                       "predicted (routing.predict)", format_pod_table(prediction.picker)), file=out)
+                       "predicted (routing.simulation.predict)", format_pod_table(prediction.picker)), file=out)
     measured, predicted = counts(measurement.report), counts(prediction.picker)
     print(f"   per-pod (requests, hits, queries) in pod order: measured {measured}, predicted {predicted} -> "
           f"{'same' if measured == predicted else 'different'}", file=out)

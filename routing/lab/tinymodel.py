@@ -9,7 +9,7 @@ experiments only care about tokens, KV blocks and counters.
 Runs under the vLLM venv's python (it needs torch, transformers and tokenizers); those
 imports stay inside functions so the rest of `routing` can import this module without them.
 
-    <vllm python> -m routing.tinymodel OUT_DIR
+    <vllm python> -m routing.lab.tinymodel OUT_DIR
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ END_OF_TEXT = "<|endoftext|>"
 # --size presets, (hidden size, layers). `tiny` keeps prefill nearly free (routing checks only
 # need tokens and blocks); the larger ones make prefill cost more than two servers contending
 # for two cores, for latency checks. Prefill per 1,000 tokens on this machine is in the README
-# (measured with `python -m routing.prefill_cost`).
+# (measured with `python -m benchmarks.bench_prefill_cost`).
 SIZES = {"tiny": (128, 2), "small": (512, 4), "medium": (768, 8)}
 # Lets /v1/chat/completions render messages; the model has no notion of roles anyway.
 CHAT_TEMPLATE = (
@@ -189,7 +189,7 @@ def is_built(out_dir: Path | str) -> bool:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m routing.tinymodel",
+        prog="python -m routing.lab.tinymodel",
         description="Build a tiny Qwen2 model + byte-level BPE tokenizer (no download) for a local vLLM. "
                     "Needs torch, transformers and tokenizers: run it with the vLLM venv's python.",
     )
@@ -214,7 +214,7 @@ def main(argv: list[str] | None = None) -> int:
     missing = [name for name in ("torch", "transformers", "tokenizers") if importlib.util.find_spec(name) is None]
     if missing:
         print(f"error: {', '.join(missing)} not installed for {sys.executable}. Run this with the vLLM venv's "
-              "python, e.g. .venv-vllm/bin/python -m routing.tinymodel OUT_DIR (create that venv with "
+              "python, e.g. .venv-vllm/bin/python -m routing.lab.tinymodel OUT_DIR (create that venv with "
               "`bash .ci/setup-vllm.sh .venv-vllm`).", file=sys.stderr)
         return 2
     summary = build(args.out_dir, args.seed, args.hidden_size, args.layers)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import textwrap
 from typing import Sequence
 
-from .sweep import SettingResult
+from routing.simulation.sweep import SettingResult
 
 # (title, value of a result, format, colour map): each map runs from worse to better, so
 # bright always means good.

@@ -42,13 +42,14 @@ from typing import Awaitable, Callable, Mapping, Self
 import aiohttp
 from aiohttp import web
 
-from .metrics import MetricsError, VllmMetrics, parse_metrics
-from .options import (OptionError, add_model_options, load_stack_model, named_url, port_number, positive_seconds,
-                      unique_named_urls, weights_option)
-from .estimate import API_PATHS
-from .picker import (DEFAULT_PICKER_VERSION, PICKER_VERSIONS, EndpointPicker, Picker, PickerConfigError, PodMetrics,
-                     Request, RoundRobinPicker, with_default_weights)
-from .plugins import EndpointPickerConfig, load_endpoint_picker_config
+from routing.metrics import MetricsError, VllmMetrics, parse_metrics
+from routing.options import (OptionError, add_model_options, load_stack_model, named_url, port_number, positive_seconds,
+                             unique_named_urls, weights_option)
+from routing.picker.endpoint_picker import (DEFAULT_PICKER_VERSION, PICKER_VERSIONS, EndpointPicker, Picker,
+                                            PickerConfigError, PodMetrics, Request, RoundRobinPicker,
+                                            with_default_weights)
+from routing.picker.estimate import API_PATHS
+from settings.picker_config import EndpointPickerConfig, load_endpoint_picker_config
 
 SCRAPE_INTERVAL = 0.05
 STALENESS = 2.0

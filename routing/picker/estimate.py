@@ -28,7 +28,7 @@ from typing import Any, Mapping
 
 import xxhash
 
-from .prefix import PSEUDO_TOKEN_BYTES, go_json, pseudo_token_bytes
+from routing.picker.prefix import PSEUDO_TOKEN_BYTES, go_json, pseudo_token_bytes
 
 COMPLETIONS, CHAT, EMBEDDINGS = "completions", "chat", "embeddings"
 RESPONSES, MESSAGES, GENERATE, COUNT_TOKENS = "responses", "messages", "generate", "count_tokens"

@@ -23,10 +23,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterator, TextIO
 
-from . import tinymodel
-from .metrics import parse_metrics
+from routing.lab import tinymodel
+from routing.metrics import parse_metrics
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+REPO_ROOT = Path(__file__).resolve().parents[2]
 # Where .ci/setup-vllm.sh is pointed by default; .gitignore ignores .venv-*/.
 DEFAULT_VLLM_VENV = REPO_ROOT / ".venv-vllm"
 SETUP_HINT = "create one with `bash .ci/setup-vllm.sh .venv-vllm`"
@@ -132,13 +132,13 @@ def cores_of(bind: str) -> set[int]:
 
 def build_model(out_dir: Path, vllm_python: str, progress: Callable[[str], None] = print,
                 hidden_size: int = 128, layers: int = 2) -> Path:
-    """Build the tiny model (routing.tinymodel) with the vLLM venv's python, unless already built."""
+    """Build the tiny model (routing.lab.tinymodel) with the vLLM venv's python, unless already built."""
     if tinymodel.is_built(out_dir):
         progress(f"tiny model already built in {out_dir}")
         return out_dir
     progress(f"building the tiny model in {out_dir} ...")
     started = time.monotonic()
-    command = [vllm_python, "-m", "routing.tinymodel", str(out_dir), "--hidden-size", str(hidden_size),
+    command = [vllm_python, "-m", "routing.lab.tinymodel", str(out_dir), "--hidden-size", str(hidden_size),
                "--layers", str(layers)]
     result = subprocess.run(command, cwd=REPO_ROOT, capture_output=True, text=True, timeout=300)
     if result.returncode != 0:
