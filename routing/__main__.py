@@ -1,7 +1,7 @@
-"""`python -m routing COMMAND`: predict, calibrate, verify, serve and demo the endpoint picker's routing.
+"""Predict, measure and prove how the endpoint picker routes requests across model replicas.
 
-Each command's module registers its own subcommand with `add_parser(subparsers)`, setting
-`func`: a callable taking the parsed arguments and returning the exit status.
+No cloud needed for predict, serve and demo; verify and calibrate read a live stack's pods.
+Try `python -m routing demo` first, and `python -m routing COMMAND --help` for each command.
 """
 
 from __future__ import annotations
@@ -13,13 +13,14 @@ from routing.lab import demo
 from routing.live import calibrate, serve, verify
 from routing.simulation import predict
 
-COMMANDS = (predict, calibrate, verify, serve, demo)
+COMMANDS = (predict, verify, serve, calibrate, demo)
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m routing", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    # Each command's module adds its own subcommand, whose `func` runs it and returns the exit status.
     for command in COMMANDS:
         command.add_parser(subparsers)
     return parser
