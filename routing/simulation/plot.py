@@ -3,10 +3,13 @@ panel per value of the third swept weight, the first two on the axes; the best s
 
 from __future__ import annotations
 
+import os
 import textwrap
+from pathlib import Path
 from typing import Sequence
 
-from routing.simulation.sweep import SettingResult
+from routing.simulation.prediction import PredictError
+from routing.simulation.sweep import SettingResult, setting_label
 
 # (title, value of a result, format, colour map): each map runs from worse to better, so
 # bright always means good.
@@ -21,6 +24,28 @@ FIGURES = (
 MIN_WIDTH_INCHES = 6.4
 TITLE_CHARACTERS_PER_INCH = 11
 MIN_ROW_INCHES = 1.6
+
+
+def check_plot_path(path: str) -> None:
+    """Refuses, before the sweep runs, a --plot path matplotlib could not write the heat map to."""
+    try:
+        from matplotlib.backend_bases import FigureCanvasBase
+    except ImportError:
+        raise PredictError(f"--plot {path}: heat maps need matplotlib, which is not installed; "
+                           "pip install -r requirements-routing.txt, or drop --plot") from None
+    target = Path(path)
+    formats = FigureCanvasBase.get_supported_filetypes()
+    if target.suffix.lower().lstrip(".") not in formats:
+        raise PredictError(f"--plot {path}: matplotlib writes only {', '.join('.' + name for name in formats)} "
+                           f"files; end the name in one, e.g. --plot {target.with_suffix('.png').name}")
+    folder = target.parent
+    if not folder.is_dir():
+        raise PredictError(f"--plot {path}: the folder {folder} does not exist; create it (mkdir -p {folder}) or "
+                           "write the heat map elsewhere")
+    if target.is_dir():
+        raise PredictError(f"--plot {path}: a folder; name a file in it, e.g. --plot {target / 'sweep.png'}")
+    if not os.access(folder, os.W_OK | os.X_OK) or (target.exists() and not os.access(target, os.W_OK)):
+        raise PredictError(f"--plot {path}: not writable here; write the heat map into a folder you can write to")
 
 
 def heat_map(results: Sequence[SettingResult], path: str, *, title: str, best: SettingResult, objective: str) -> None:
@@ -41,10 +66,9 @@ def heat_map(results: Sequence[SettingResult], path: str, *, title: str, best: S
         return (x, y, panel)[:len(names)]
 
     columns = len(panel_values)
-    label = ", ".join(f"{name}={value}" for name, value in best.setting.items())
     width = max(MIN_WIDTH_INCHES, 0.55 * len(x_values) * columns + 2.2)
     heading = textwrap.wrap(title, int(width * TITLE_CHARACTERS_PER_INCH)) + [
-        f"best for {objective} (red frame): {label}"]
+        f"best for {objective} (red frame): {setting_label(best)}"]
     figure, axes = plt.subplots(len(FIGURES), columns,
                                 figsize=(width, max(MIN_ROW_INCHES, 0.5 * len(y_values)) * len(FIGURES) + 1.0
                                          + 0.2 * len(heading)),

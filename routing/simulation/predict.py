@@ -264,6 +264,10 @@ def run(args: argparse.Namespace) -> int:
         if args.plot and len(args.sweep) > MAX_PLOTTED_WEIGHTS:
             raise PredictError(f"--plot {args.plot}: draws up to {MAX_PLOTTED_WEIGHTS} swept weights, --sweep names "
                                f"{len(args.sweep)}; sweep fewer, or drop --plot")
+        if args.plot:
+            from routing.simulation.plot import check_plot_path  # matplotlib only when a plot is asked for
+
+            check_plot_path(args.plot)
         if args.objective and not args.sweep:
             raise PredictError(f"--objective {args.objective}: chooses among the settings of a sweep; add --sweep, "
                                "e.g. --sweep prefix=0..5, or drop --objective")
@@ -314,18 +318,14 @@ def _run_sweep(args: argparse.Namespace, setup: _Setup, seed: int) -> int:
 
     objective = args.objective or sweep.DEFAULT_OBJECTIVE
     results = sweep.sweep(grid, evaluate, sys.stderr)
-    best = sweep.best_of(results, objective)
-    if args.plot:
-        from routing.simulation.plot import heat_map  # matplotlib only when a plot is asked for
-
-        heat_map(results, args.plot, title=f"{setup.target.title}: workload {Path(args.workload).name}, "
-                                           f"{args.runs} run{'s' if args.runs > 1 else ''} per setting",
-                 best=best, objective=objective)
-    commands = sweep.config_lines(best, setup.target.config_path, args.stack, args.weights)
+    advice = sweep.advise(results, objective)
+    default_latency = args.latency_profile is None
+    cautions = sweep.cautions(advice, default_latency=default_latency)
+    commands = sweep.config_lines(advice.best, setup.target.config_path, args.stack, args.weights)
     if args.json:
-        print(json.dumps({"objective": objective, "best": best.to_json(), "pulumi": commands,
-                          "settings": [r.to_json() for r in results]}, indent=2))
-        return 0
+        print(json.dumps({**advice.to_json(), "defaultLatency": default_latency, "cautions": cautions,
+                          "pulumi": commands, "settings": [r.to_json() for r in results]}, indent=2))
+        return _write_heat_map(args, setup, results, advice)
     held = {name: value for name, value in base.items() if name not in grid and value}
     print(f"{setup.target.title}: {setup.target.replicas} pods, workload {args.workload} ({len(setup.requests)} "
           f"requests), {len(results)} settings × {args.runs} run{'s' if args.runs > 1 else ''} (seeds from {seed})")
@@ -333,15 +333,38 @@ def _run_sweep(args: argparse.Namespace, setup: _Setup, seed: int) -> int:
         print("  held: " + " ".join(f"{name}={value}" for name, value in held.items()))
     for note in setup.notes:
         print(f"  {note}")
-    print("  imbalance: the busiest pod's requests over the mean, less 1 (0 = an even split)\n")
-    print(sweep.format_table(results, best, args.runs))
-    label = ", ".join(f"{name}={value}" for name, value in best.setting.items())
-    print(f"\nBest for {objective}: {label} (hit rate {percent(best.hit_rate)}, TTFT p95 "
-          f"{best.ttft_p95 * 1000:.1f} ms, imbalance {best.imbalance:.2f}). To deploy it:")
+    print("  imbalance: the busiest pod's requests over the mean, less 1 (0 = an even split)")
+    print("  front (*): no other setting is as good on every figure and better on one; the best is one of these\n")
+    print(sweep.format_table(results, advice, args.runs))
+    # The cautions come before the lines a reader would paste.
+    print(f"\nBest for {objective}: {sweep.describe(advice.best)}." + ("" if cautions else " To deploy it:"))
+    for caution in cautions:
+        print(caution)
+    if cautions:
+        print("To deploy it:")
     for command in commands:
         print(f"  {command}")
-    if args.plot:
+    status = _write_heat_map(args, setup, results, advice)
+    if args.plot and status == 0:
         print(f"Heat map written to {args.plot}")
+    return status
+
+
+def _write_heat_map(args: argparse.Namespace, setup: _Setup, results: Sequence[sweep.SettingResult],
+                    advice: sweep.Advice) -> int:
+    """Draws --plot after the results are printed, so a failure to write it loses none of them."""
+    if not args.plot:
+        return 0
+    from routing.simulation.plot import heat_map  # matplotlib only when a plot is asked for
+
+    try:
+        heat_map(results, args.plot, title=f"{setup.target.title}: workload {Path(args.workload).name}, "
+                                           f"{args.runs} run{'s' if args.runs > 1 else ''} per setting",
+                 best=advice.best, objective=advice.objective)
+    except (OSError, ValueError, RuntimeError) as error:  # checked before the sweep, yet the disk may change
+        print(f"predict: --plot {args.plot}: the heat map could not be written ({error}); the results above stand: "
+              "write it to a path you can, e.g. --plot sweep.png", file=sys.stderr)
+        return 1
     return 0
 
 

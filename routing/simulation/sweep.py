@@ -2,8 +2,9 @@
 
 Every combination of the swept weights (the others as the stack or --weights set them) is
 predicted on the same workload and seeds; the table shows hit rate, TTFT p95 and load
-imbalance per setting, `--plot` draws them as heat maps, and the best setting under
-`--objective` comes with the `pulumi config set` lines that deploy it.
+imbalance per setting and marks the front (the settings no other beats), `--plot` draws them
+as heat maps, and the best setting on the front under `--objective` comes with the
+`pulumi config set` lines that deploy it, after a caution when its edge is within the noise.
 """
 
 from __future__ import annotations
@@ -19,7 +20,6 @@ from routing.simulation.prediction import Prediction
 from routing.tables import percent
 from settings import WEIGHT_NAMES
 
-OBJECTIVES = ("hit-rate", "ttft-p95", "balance")
 DEFAULT_OBJECTIVE = "hit-rate"
 # More combinations than this is a typing mistake more often than a plan (6^3 = 216 is the example).
 MAX_SETTINGS = 2000
@@ -54,18 +54,68 @@ def sweep_option(text: str) -> dict[str, tuple[int, ...]]:
 
 
 @dataclass(frozen=True)
+class RunFigures:
+    """One setting's figures in one run (seed)."""
+
+    hit_rate: float
+    ttft_p95: float
+    imbalance: float
+
+    def to_json(self) -> dict:
+        return {"hitRate": self.hit_rate, "ttftP95": self.ttft_p95, "imbalance": self.imbalance}
+
+
+@dataclass(frozen=True)
 class SettingResult:
-    """One setting's figures, each the mean over the runs (seeds), with its range."""
+    """One setting's figures, each the mean over the runs (seeds), with every run's."""
 
     setting: Mapping[str, int]
     hit_rate: float
     hit_rate_range: tuple[float, float]
     ttft_p95: float
     imbalance: float  # busiest pod's requests over the mean, less 1: 0 is an even split
+    runs: tuple[RunFigures, ...] = ()  # in seed order; none for a result given by its means alone
+
+    def spread(self, figure: Figure) -> tuple[float, float]:
+        """The figure's lowest and highest over the runs, as the table would show them (the mean
+        alone when there are no runs)."""
+        values = [figure.shown(run) for run in self.runs] or [figure.shown(self)]
+        return min(values), max(values)
 
     def to_json(self) -> dict:
         return {"weights": dict(self.setting), "hitRate": self.hit_rate, "hitRateRange": list(self.hit_rate_range),
-                "ttftP95": self.ttft_p95, "imbalance": self.imbalance}
+                "ttftP95": self.ttft_p95, "imbalance": self.imbalance, "runs": [run.to_json() for run in self.runs]}
+
+
+@dataclass(frozen=True)
+class Figure:
+    """A column of the table. The advisor compares figures as the table prints them, so two
+    settings it shows alike are equal: float noise below the last digit decides nothing, and
+    that digit (0.1% of hit rate, 0.1 ms, 0.01 of imbalance) is finer than the run-to-run spread."""
+
+    name: str
+    attribute: str  # of a SettingResult and of a RunFigures
+    scale: float  # to the unit printed
+    decimals: int
+    unit: str
+    higher_is_better: bool
+
+    def shown(self, figures: SettingResult | RunFigures) -> float:
+        return round(getattr(figures, self.attribute) * self.scale, self.decimals)
+
+    def cost(self, figures: SettingResult | RunFigures) -> float:
+        """The shown value, signed so that lower is better."""
+        return -self.shown(figures) if self.higher_is_better else self.shown(figures)
+
+    def text(self, shown: float) -> str:
+        return f"{shown:.{self.decimals}f}{self.unit}"
+
+
+HIT_RATE = Figure("hit rate", "hit_rate", 100, 1, "%", higher_is_better=True)
+TTFT_P95 = Figure("TTFT p95", "ttft_p95", 1000, 1, " ms", higher_is_better=False)
+IMBALANCE = Figure("imbalance", "imbalance", 1, 2, "", higher_is_better=False)
+FIGURES = (HIT_RATE, TTFT_P95, IMBALANCE)  # the table's order
+OBJECTIVES = {"hit-rate": HIT_RATE, "ttft-p95": TTFT_P95, "balance": IMBALANCE}
 
 
 def imbalance(prediction: Prediction) -> float:
@@ -75,17 +125,132 @@ def imbalance(prediction: Prediction) -> float:
 
 
 def summarise(setting: Mapping[str, int], predictions: Sequence[Prediction]) -> SettingResult:
-    rates = [p.picker.hit_rate or 0.0 for p in predictions]
-    p95s = [percentile(p.ttfts[0], 0.95) or 0.0 for p in predictions]
-    return SettingResult(setting, sum(rates) / len(rates), (min(rates), max(rates)), sum(p95s) / len(p95s),
-                         sum(imbalance(p) for p in predictions) / len(predictions))
+    runs = tuple(RunFigures(p.picker.hit_rate or 0.0, percentile(p.ttfts[0], 0.95) or 0.0, imbalance(p))
+                 for p in predictions)
+    rates = [run.hit_rate for run in runs]
+    return SettingResult(setting, sum(rates) / len(rates), (min(rates), max(rates)),
+                         sum(run.ttft_p95 for run in runs) / len(runs), sum(run.imbalance for run in runs) / len(runs),
+                         runs)
+
+
+def _costs(result: SettingResult) -> tuple[float, ...]:
+    return tuple(figure.cost(result) for figure in FIGURES)
+
+
+def _dominates(costs: tuple[float, ...], other: tuple[float, ...]) -> bool:
+    return costs != other and all(mine <= theirs for mine, theirs in zip(costs, other))
+
+
+def front(results: Sequence[SettingResult]) -> list[SettingResult]:
+    """The settings no other dominates (is as good as on every figure and better on one), in the
+    sweep's order. Settings with the same figures dominate nothing of each other: all stay."""
+    costs = [_costs(result) for result in results]
+    kept: list[int] = []
+    # A setting's dominators sort before it, so checking it against the front so far suffices.
+    for index in sorted(range(len(results)), key=costs.__getitem__):
+        if not any(_dominates(costs[kept_index], costs[index]) for kept_index in kept):
+            kept.append(index)
+    return [results[index] for index in sorted(kept)]
+
+
+def _order(objective: str) -> tuple[Figure, ...]:
+    """The objective's figure first, then the others in the table's order: hit rate, TTFT p95,
+    imbalance (the cache hits the picker is deployed for, then the latency users see)."""
+    first = OBJECTIVES[objective]
+    return (first, *(figure for figure in FIGURES if figure is not first))
+
+
+def _ranking(objective: str) -> Callable[[SettingResult], tuple]:
+    """Better first: the figures in `_order`, then the smallest weights (their sum, then the
+    earliest in the sweep), as a setting that adds weight for nothing has no claim to be chosen."""
+    order = _order(objective)
+    return lambda result: (*(figure.cost(result) for figure in order), sum(result.setting.values()),
+                           tuple(result.setting.values()))
 
 
 def best_of(results: Sequence[SettingResult], objective: str) -> SettingResult:
-    """The best setting; among equals the earliest, so the smallest weights win ties."""
-    key: dict[str, Callable[[SettingResult], float]] = {
-        "hit-rate": lambda r: -r.hit_rate, "ttft-p95": lambda r: r.ttft_p95, "balance": lambda r: r.imbalance}
-    return min(results, key=key[objective])
+    """The best setting on the front for `objective`: never one another setting ties or beats on
+    every figure; equals on the objective are told apart by the other figures, then the weights."""
+    return advise(results, objective).best
+
+
+@dataclass(frozen=True)
+class Advice:
+    """The best setting for an objective, the front it was chosen from, and the runner-up."""
+
+    objective: str
+    best: SettingResult
+    front: tuple[SettingResult, ...]
+    # The next on the front in the ranking whose figures differ from the best's: settings with the
+    # same figures route alike (the best's equals, not its rival), and one off the front is no
+    # alternative (the best ties or beats it on every figure).
+    runner_up: SettingResult | None
+
+    @property
+    def decided_by(self) -> Figure | None:
+        """The figure that put the best before the runner-up: the objective, unless they tie on it."""
+        if self.runner_up is None:
+            return None
+        return next(figure for figure in _order(self.objective)
+                    if figure.cost(self.best) != figure.cost(self.runner_up))
+
+    @property
+    def within_noise(self) -> bool | None:
+        """Whether the best's edge is inside the run-to-run spread: on the deciding figure, the
+        ranges of the best's and the runner-up's runs overlap. None: one run, or no runner-up."""
+        figure = self.decided_by
+        if figure is None or len(self.best.runs) < 2:
+            return None
+        (low, high), (other_low, other_high) = self.best.spread(figure), self.runner_up.spread(figure)
+        return max(low, other_low) <= min(high, other_high)
+
+    def to_json(self) -> dict:
+        return {"objective": self.objective, "best": self.best.to_json(),
+                "runnerUp": self.runner_up.to_json() if self.runner_up else None, "withinNoise": self.within_noise,
+                "front": [dict(result.setting) for result in self.front]}
+
+
+def advise(results: Sequence[SettingResult], objective: str) -> Advice:
+    on_front = front(results)
+    ranking = _ranking(objective)
+    best = min(on_front, key=ranking)
+    rivals = [result for result in on_front if _costs(result) != _costs(best)]
+    return Advice(objective, best, tuple(on_front), min(rivals, key=ranking, default=None))
+
+
+def setting_label(result: SettingResult) -> str:
+    return ", ".join(f"{name}={value}" for name, value in result.setting.items())
+
+
+def describe(result: SettingResult) -> str:
+    return (f"{setting_label(result)} (hit rate {percent(result.hit_rate)}, TTFT p95 {result.ttft_p95 * 1000:.1f} ms, "
+            f"imbalance {result.imbalance:.2f})")
+
+
+DEFAULT_LATENCY_CAUTION = (
+    "Caution: TTFT here comes from the built-in default latency model, not measured on your pods: "
+    "`python -m routing calibrate` measures them and writes a profile; sweep again with --latency-profile FILE "
+    "before choosing weights for TTFT.")
+
+
+def cautions(advice: Advice, *, default_latency: bool) -> list[str]:
+    """What to know before deploying the best setting: its edge within the noise, TTFT unmeasured."""
+    found = []
+    figure, runner_up = advice.decided_by, advice.runner_up
+    if advice.within_noise and figure is not None and runner_up is not None:
+        order = _order(advice.objective)
+        tied = [other.name for other in order[:order.index(figure)]]
+        gap = abs(figure.shown(advice.best) - figure.shown(runner_up))
+        ranges = ["–".join(figure.text(value) for value in result.spread(figure))
+                  for result in (advice.best, runner_up)]
+        found.append(f"Caution: the edge is within the noise. The runner-up, {describe(runner_up)}, "
+                     + (f"ties it on {' and '.join(tied)} and " if tied else "")
+                     + f"is {figure.text(gap)} behind on {figure.name}, and over the {len(advice.best.runs)} runs "
+                     f"their {figure.name} ranges overlap ({ranges[0]} and {ranges[1]}): either may be the better "
+                     "setting.")
+    if default_latency and OBJECTIVES[advice.objective] is TTFT_P95:
+        found.append(DEFAULT_LATENCY_CAUTION)
+    return found
 
 
 def sweep(grid: Mapping[str, Sequence[int]], evaluate: Callable[[Mapping[str, int]], SettingResult],
@@ -105,17 +270,19 @@ def sweep(grid: Mapping[str, Sequence[int]], evaluate: Callable[[Mapping[str, in
     return results
 
 
-def format_table(results: Sequence[SettingResult], best: SettingResult, runs: int) -> str:
+def format_table(results: Sequence[SettingResult], advice: Advice, runs: int) -> str:
     names = list(results[0].setting)
+    on_front = {id(result) for result in advice.front}
     spread = "  hit rate range" if runs > 1 else ""
-    lines = ["  ".join(f"{name:>7}" for name in names) + f"  {'hit rate':>8}  {'TTFT p95':>9}  {'imbalance':>9}{spread}"]
+    lines = ["  ".join(f"{name:>7}" for name in names)
+             + f"  {'hit rate':>8}  {'TTFT p95':>9}  {'imbalance':>9}  {'front':>5}{spread}"]
     for result in results:
         cells = "  ".join(f"{result.setting[name]:>7}" for name in names)
         low, high = result.hit_rate_range
         extra = f"  {percent(low)}–{percent(high)}" if runs > 1 else ""
-        marker = "  <- best" if result is best else ""
+        marker = "  <- best" if result is advice.best else ""
         lines.append(f"{cells}  {percent(result.hit_rate):>8}  {result.ttft_p95 * 1000:>7.1f}ms  "
-                     f"{result.imbalance:>9.2f}{extra}{marker}")
+                     f"{result.imbalance:>9.2f}  {'*' if id(result) in on_front else '':>5}{extra}{marker}")
     return "\n".join(lines)
 
 
