@@ -103,11 +103,18 @@ def load_jsonl(path: str | Path, model: str | None = None) -> tuple[list[dict[st
         if not isinstance(body, dict):
             raise WorkloadError(f"workload {path} line {number}: is a JSON {type(body).__name__}, not an object. "
                                 'Write one request body per line, e.g. {"model": "...", "prompt": "..."}.')
+        keys = sorted(body)
+        timed_keys = [key for key in keys if key in WRAPPER_KEYS | {"weights"}]
         if model is not None:
             body["model"] = model
         try:
             requests.append(Request.from_openai_body(body))
         except ValueError as error:
+            if timed_keys:
+                raise WorkloadError(f"workload {path} line {number}: has {', '.join(timed_keys)} but is neither a "
+                                    'request body nor a timed line: {"at", "session", "body"} lines hold those keys '
+                                    'only, with a "body" object, and {"at", "weights"} lines those two; this one has '
+                                    f"{', '.join(keys)}") from None
             text = json.dumps(body, ensure_ascii=False)
             surrogate = lone_surrogate(text)
             if surrogate is not None:
@@ -197,6 +204,7 @@ def _is_weight_change(value: Any) -> bool:
 class WeightChange:
     at: float
     weights: Mapping[str, int]
+    line: int  # in the workload file, for messages about the change
 
 
 def load_arrivals(name_or_path: str, model: str | None = None) -> list[Arrival]:
@@ -274,5 +282,5 @@ def load_weight_changes(name_or_path: str) -> tuple[WeightChange, ...]:
                                              key='"weights"')
         except SettingsError as error:
             raise WorkloadError(f"{where}: " + "; ".join(map(str, error.problems))) from None
-        changes.append(WeightChange(float(at), checked))
+        changes.append(WeightChange(float(at), checked, number))
     return tuple(sorted(changes, key=lambda change: change.at))

@@ -3,6 +3,7 @@
 import json
 import math
 import re
+from pathlib import Path
 
 import pytest
 from hypothesis import given, settings as hypothesis_settings, strategies as st
@@ -353,20 +354,43 @@ def test_a_full_gpu_node_group_warns_that_rollouts_need_a_spare_gpu():
 
 
 @pytest.mark.parametrize(("body", "expected"), [
-    ("config: [1, 2]", "needs a top-level `config:` mapping"),
-    ("config: {a: [", "is not valid YAML"),
-    ("config:\n  1: 2\n", "YAML read as int"),
+    (b"config: [1, 2]", "needs a top-level `config:` mapping"),
+    (b"config: {a: [", "is not valid YAML: line 1, column 14: expected the node content, but found '<stream end>'."),
+    (b"config:\n  1: 2\n", "YAML read as int"),
+    (b"config:\n  inference-gateway:namespace: caf\xe9\n", "cannot be read as UTF-8 text"),
 ])
-def test_broken_stack_files_get_a_clear_error(tmp_path, body, expected):
-    (tmp_path / "Pulumi.broken.yaml").write_text(body)
-    with pytest.raises(SettingsError, match="reading the stack file") as caught:
+def test_broken_stack_files_get_a_clear_error_in_one_line(tmp_path, body, expected):
+    path = tmp_path / "Pulumi.broken.yaml"
+    path.write_bytes(body)
+    with pytest.raises(SettingsError) as caught:
         load_stack("broken", tmp_path)
-    assert expected in str(caught.value)
+    message = str(caught.value)
+    assert message.startswith(f"stack 'broken': {path} ") and expected in message
+    assert "\n" not in message and "deployed" not in message
 
 
-def test_unknown_stack_lists_the_known_ones():
-    with pytest.raises(SettingsError, match="stacks here: dev, eks, existing"):
+def test_unknown_stack_names_its_missing_file_and_lists_the_known_ones(monkeypatch):
+    monkeypatch.chdir(Path(__file__).resolve().parent.parent)
+    with pytest.raises(SettingsError) as caught:
         load_stack("prod")
+    assert str(caught.value) == "stack 'prod' has no file stacks/Pulumi.prod.yaml; stacks here: dev, eks, existing"
+
+
+def test_a_stack_with_invalid_config_names_the_stack_its_file_and_each_problem_not_a_deploy(tmp_path):
+    (tmp_path / "Pulumi.one.yaml").write_text("config:\n  inference-gateway:models: 5\n")
+    with pytest.raises(SettingsError) as caught:
+        load_stack("one", tmp_path)
+    assert str(caught.value).startswith(f"stack 'one' ({tmp_path / 'Pulumi.one.yaml'}): inference-gateway:models = 5: ")
+    (tmp_path / "Pulumi.two.yaml").write_text("config:\n  inference-gateway:models: 5\n"
+                                              "  inference-gateway:namespace: 7\n")
+    with pytest.raises(SettingsError) as caught:
+        load_stack("two", tmp_path)
+    lines = str(caught.value).splitlines()
+    assert lines[0] == f"stack 'two' ({tmp_path / 'Pulumi.two.yaml'}) has 2 problems:" and len(lines) == 3
+    assert "deployed" not in str(caught.value)
+    # `pulumi up` parses the same config and keeps its own words.
+    with pytest.raises(SettingsError, match="nothing was deployed"):
+        parse_settings({"models": 5}, stack="two")
 
 
 weight_values = st.one_of(st.integers(-5, 10), st.floats(allow_nan=True), st.text(max_size=4), st.booleans(),

@@ -35,6 +35,7 @@ import contextlib
 import dataclasses
 import heapq
 import json
+import os
 import random
 import statistics
 import sys
@@ -44,6 +45,7 @@ import urllib.error
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Callable, Mapping, Protocol, Sequence
 
 from routing.metrics import parse_metrics
@@ -68,6 +70,8 @@ GATEWAY_REQUESTS = 32
 # Fits on the last fit's replayed schedule, at most (they settle in two or three).
 FIT_ROUNDS = 6
 REQUEST_TIMEOUT = 120.0
+# vLLM updates its histograms just after a response ends: wait this long before reading them.
+COUNTERS_CATCH_UP = 0.3
 _WORDS = ("alpha bravo charlie delta echo foxtrot golf hotel india juliet kilo lima mike november oscar papa "
           "quebec romeo sierra tango uniform victor whiskey xray yankee zulu the of and to in is that for on "
           "are with as they at be this from have or by one had not but what all were when we there can").split()
@@ -79,6 +83,8 @@ class CalibrateError(RuntimeError):
 
 class PodChannel(Protocol):
     name: str
+    # How the user named it, the start of every message about it.
+    where: str
 
     def get(self, path: str) -> bytes: ...
 
@@ -92,13 +98,21 @@ class UrlPod:
     name: str
     url: str
 
+    @property
+    def where(self) -> str:
+        return f"--pod-url {self.name}={self.url}"
+
     def _call(self, request: urllib.request.Request) -> bytes:
         try:
             with urllib.request.urlopen(request, timeout=REQUEST_TIMEOUT) as response:
                 return response.read()
         except (urllib.error.URLError, OSError) as error:
-            raise CalibrateError(f"--pod-url {self.name}={self.url}: {request.get_method()} {request.full_url} "
-                                 f"failed ({error}); is it a running vLLM server's base URL?") from None
+            raise CalibrateError(f"{self.where}: {request.get_method()} {request.full_url} failed ({error}); "
+                                 f"{self.fix}") from None
+
+    @property
+    def fix(self) -> str:
+        return "is it a running vLLM server's base URL?"
 
     def get(self, path: str) -> bytes:
         return self._call(urllib.request.Request(self.url.rstrip("/") + path))
@@ -106,6 +120,18 @@ class UrlPod:
     def post(self, path: str, body: Mapping[str, Any]) -> bytes:
         return self._call(urllib.request.Request(self.url.rstrip("/") + path, data=json.dumps(body).encode(),
                                                  headers={"Content-Type": "application/json"}, method="POST"))
+
+
+class UrlGateway(UrlPod):
+    """The gateway clients send to (--gateway-url URL), reached as a pod is."""
+
+    @property
+    def where(self) -> str:
+        return f"--gateway-url {self.url}"
+
+    @property
+    def fix(self) -> str:
+        return "is the gateway up (the stack's Gateway, or `python -m routing serve`) and the URL its base address?"
 
 
 @dataclass
@@ -116,6 +142,10 @@ class KubePod:
     api: Any  # verify.KubeApi
     namespace: str
     port: int
+
+    @property
+    def where(self) -> str:
+        return f"pod {self.name}"
 
     def _path(self, path: str) -> str:
         return f"/api/v1/namespaces/{self.namespace}/pods/{self.name}:{self.port}/proxy{path}"
@@ -204,7 +234,7 @@ def run_phase(pod: PodChannel, model: str, phase: Phase, rng: random.Random) -> 
 
     with ThreadPoolExecutor(phase.concurrent) as pool:
         durations = list(pool.map(timed, bodies))
-    time.sleep(0.3)  # the counters are updated just after the last response
+    time.sleep(COUNTERS_CATCH_UP)
     after = histogram_totals(pod.get("/metrics").decode())
     return {"prefill": mean_delta(before, after, "vllm:request_prefill_time_seconds"),
             "computed": mean_delta(before, after, "vllm:request_prefill_kv_computed_tokens"),
@@ -235,10 +265,24 @@ def gateway_hop(gateway: PodChannel, pods: Sequence[PodChannel], model: str, rng
 
 
 def _served_model(pod: PodChannel) -> tuple[str, int]:
-    models = json.loads(pod.get("/v1/models"))["data"]
-    if not models:
-        raise CalibrateError(f"pod {pod.name}: /v1/models lists no model")
-    return models[0]["id"], int(models[0].get("max_model_len") or 2048)
+    try:
+        models = json.loads(pod.get("/v1/models"))["data"]
+        if models:
+            return models[0]["id"], int(models[0].get("max_model_len") or 2048)
+    except (ValueError, KeyError, TypeError, AttributeError) as error:
+        raise CalibrateError(f"{pod.where}: /v1/models is not vLLM's list of served models ({error!r}); "
+                             "is it a vLLM server?") from None
+    raise CalibrateError(f"{pod.where}: /v1/models lists no model; is it a vLLM server with a model loaded?")
+
+
+def _tokens_per_word(pod: PodChannel, model: str, seed: int) -> float:
+    """Words per token differ by tokenizer: measured on one short prompt."""
+    try:
+        probe = json.loads(pod.post("/tokenize", {"model": model, "prompt": prompt(random.Random(seed), 200)}))
+        return max(0.5, len(probe["tokens"]) / 201)
+    except (ValueError, KeyError, TypeError) as error:
+        raise CalibrateError(f"{pod.where}: /tokenize did not answer as vLLM's does ({error!r}); is it a vLLM "
+                             "server?") from None
 
 
 def _scheduler_limits(pod: PodChannel) -> EngineLimits | None:
@@ -446,12 +490,16 @@ def calibrate(pods: Sequence[PodChannel], *, seed: int = 0, limits: EngineLimits
     if not pods:
         raise CalibrateError("no pods to calibrate: pass --pod-url NAME=URL, or --stack and --model")
     model, max_model_len = _served_model(pods[0])
-    cache = parse_metrics(pods[0].get("/metrics").decode())
+    try:
+        cache = parse_metrics(pods[0].get("/metrics").decode())
+    except ValueError as error:  # MetricsError included
+        raise CalibrateError(f"{pods[0].where}: {error}") from None
     limits = limits or _scheduler_limits(pods[0])
-    # Words per token differ by tokenizer: measure on one short prompt first.
-    probe = json.loads(pods[0].post("/tokenize", {"model": model, "prompt": prompt(random.Random(seed), 200)}))
-    tokens_per_word = max(0.5, len(probe["tokens"]) / 201)
-    plan = phases(max_model_len, tokens_per_word)
+    plan = phases(max_model_len, _tokens_per_word(pods[0], model, seed))
+    if gateway is not None:
+        # One request through it now: a wrong --gateway-url fails before the phases' minutes, not after.
+        gateway.post("/v1/completions", {"model": model, "prompt": prompt(random.Random(seed), 4), "max_tokens": 1})
+        time.sleep(COUNTERS_CATCH_UP)  # out of the first phase's histograms
 
     # Every pod starts each phase together: a phase is then measured with every pod doing the
     # same work, as under load, not with whatever phase another pod happens to be in (on
@@ -546,8 +594,25 @@ def _pods(args: argparse.Namespace) -> list[PodChannel]:
     return [KubePod(name, api, found.settings.namespace, entry.port) for name in names]
 
 
+def out_problem(path: Path) -> str | None:
+    """Why the profile could not be written to `path`, found before calibrating rather than after."""
+    folder = path.parent
+    if path.is_dir():
+        return f"is a folder; name the file, e.g. --out {path / 'latency-profile.json'}"
+    if not folder.is_dir():
+        return f"there is no folder {folder}; create it (mkdir -p {folder}) or write elsewhere"
+    target = path if path.exists() else folder
+    if not os.access(target, os.W_OK):
+        return f"{target} is not writable by this user; write elsewhere"
+    return None
+
+
 def run(args: argparse.Namespace) -> int:
     limits = None
+    problem = out_problem(Path(args.out))
+    if problem:
+        print(f"calibrate: --out {args.out}: {problem}", file=sys.stderr)
+        return 2
     if (args.max_num_seqs is None) != (args.max_num_batched_tokens is None):
         print("calibrate: --max-num-seqs and --max-num-batched-tokens go together; pass both or neither",
               file=sys.stderr)
@@ -560,17 +625,20 @@ def run(args: argparse.Namespace) -> int:
         if args.max_num_seqs is not None:
             limits = EngineLimits(args.max_num_seqs, args.max_num_batched_tokens)
         pods = _pods(args)
-        gateway = UrlPod("gateway", args.gateway_url) if args.gateway_url else None
+        gateway = UrlGateway("gateway", args.gateway_url) if args.gateway_url else None
         profile = calibrate(pods, seed=args.seed, limits=limits,
                             scrape_interval=args.scrape_interval or DEFAULT_SCRAPE_INTERVAL,
                             gateway=gateway, progress=lambda line: print(line, flush=True))
-    except (OptionError, CalibrateError, ValueError) as error:
+    # RuntimeError: verify.VerifyError finding the pods, as `verify` reports it.
+    except (OptionError, RuntimeError, ValueError) as error:
         print(f"calibrate: {error}", file=sys.stderr)
         return 2
-    except RuntimeError as error:  # verify.VerifyError finding the pods
-        print(f"calibrate: {error}", file=sys.stderr)
-        return 1
-    profile.save(args.out)
+    try:
+        profile.save(args.out)
+    except OSError as error:
+        print(f"calibrate: --out {args.out}: cannot write the profile ({error}); here it is instead:", file=sys.stderr)
+        print(json.dumps(profile.to_json(), indent=2))
+        return 2
     print(f"{profile.latency.describe()}; block size {profile.block_size}, {profile.num_gpu_blocks} KV blocks"
           + ("" if profile.limits is None else f", max_num_seqs {profile.limits.max_num_seqs}, "
                                                f"max_num_batched_tokens {profile.limits.max_num_batched_tokens}"))

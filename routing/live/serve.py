@@ -31,7 +31,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import errno
 import json
+import socket
 import sys
 import threading
 import time
@@ -474,7 +476,7 @@ def run(args: argparse.Namespace) -> int:
             document = found.picker_config("Pass --weights or --picker-config FILE to choose the picker here instead.")
             source = f"--stack {found.stack} --model {found.model.name}"
     except OptionError as error:
-        print(f"error: {error}", file=sys.stderr)
+        print(f"serve: {error}", file=sys.stderr)
         return 2
     config = None
     try:
@@ -488,14 +490,36 @@ def run(args: argparse.Namespace) -> int:
         picker, label = make_picker(weights, round_robin=args.round_robin, seed=args.seed, config=config,
                                     picker_version=args.picker_version)
     except (PickerConfigError, OptionError) as error:
-        print(f"error: {source}: {error}", file=sys.stderr)
+        print(f"serve: {source}: {error}", file=sys.stderr)
+        return 2
+    try:
+        listener = _listen(args.port)
+    except OptionError as error:
+        print(f"serve: {error}", file=sys.stderr)
         return 2
     gateway = RoutingGateway(backends, picker, scrape_interval=args.scrape_interval, staleness=args.staleness,
                              label=label)
     print(f"serve: {label}; backends {', '.join(f'{n}={u}' for n, u in backends.items())}", flush=True)
     print(f"serve: listening on http://127.0.0.1:{args.port} (Ctrl-C to stop). {NOT_PRODUCTION}", flush=True)
-    web.run_app(gateway.make_app(), host="127.0.0.1", port=args.port, print=None, access_log=None)
+    web.run_app(gateway.make_app(), sock=listener, print=None, access_log=None)
     return 0
+
+
+def _listen(port: int) -> socket.socket:
+    """A socket listening on 127.0.0.1:`port`, bound before anything starts, so that a port in use
+    is one line naming --port rather than aiohttp's traceback."""
+    try:
+        return socket.create_server(("127.0.0.1", port))
+    except OSError as error:
+        if error.errno == errno.EADDRINUSE:
+            why = "is already in use (another serve, a vLLM server, a port-forward?)"
+        elif error.errno == errno.EACCES:
+            why = "may not be listened on by this user (ports below 1024 need root)"
+        else:
+            why = f"cannot be listened on ({error.strerror or error})"
+        free = 8081 if port == 8080 else 8080
+        raise OptionError(f"--port {port}: 127.0.0.1:{port} {why}; pick a free port, e.g. --port {free}, or stop what "
+                          "holds it") from None
 
 
 def _read_text(path: str) -> str:

@@ -5,6 +5,14 @@ time (printing each status as the page's curl loop does), reads the counters aga
 prints per-pod deltas: requests, prefix-cache hits and queries (tokens), hit rate. With
 `--expect concentrate|spread` the exit status says whether routing did what was expected.
 
+The workload (--workload) is a built-in batch or a JSON Lines file in the format `predict`
+reads: bare request bodies, or {"at": seconds, "session": id, "body": {...}} lines. Either
+way verify sends the bodies one at a time in file order, each once the previous one is
+answered, so a session's turns keep their order; the "at" times are not kept: verify
+measures where requests go, not timing (`predict --rate/--concurrency` models that). A
+line {"at", "weights"} (a weight change) is refused: verify cannot change the weights of a
+live gateway mid-run.
+
 Pods are found by their `app` label through the Kubernetes API and read through the API
 server's pod proxy; the gateway's Envoy Service is reached through the service proxy (over
 https when the stack's gateway has TLS; --gateway-scheme overrides). Both use your kubeconfig
@@ -16,9 +24,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import socket
 import sys
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Protocol, Sequence, TextIO
@@ -27,7 +37,7 @@ from routing.metrics import DeltaReport, VllmMetrics, diff_reads, parse_metrics
 from routing.options import (URL_SCHEMES, OptionError, add_model_options, http_url, load_stack_model, named_url,
                              port_number, unique_named_urls)
 from routing.tables import format_pod_table
-from routing.workloads import BUILTIN_WORKLOADS, WorkloadError, load_workload
+from routing.workloads import BUILTIN_WORKLOADS, Arrival, WorkloadError, load_arrivals, load_weight_changes
 from settings import GATEWAY_OWNER_LABEL, GATEWAY_SYSTEM_NAMESPACE, VLLM_PORT
 from settings.endpoints import Location, gateway_scheme, gateway_service, picker_pods
 
@@ -56,6 +66,9 @@ class GatewayClient(Protocol):
     description: str
     # Why the latest request got no HTTP answer at all (status 0), for the report.
     last_error: str
+
+    def reach(self) -> None:
+        """VerifyError, with the fix, when the gateway cannot be reached at all (nothing is sent)."""
 
     def post(self, path: str, body: Mapping[str, Any]) -> int: ...
 
@@ -105,6 +118,18 @@ class UrlGateway:
     def description(self) -> str:
         return self.url
 
+    def reach(self) -> None:
+        """A TCP connection to the URL's host and port, and no request: a wrong --gateway-url is
+        one line before the batch, not a row of 000s (or of 60-second timeouts) after it."""
+        parts = urllib.parse.urlsplit(self.url)
+        port = parts.port or (443 if parts.scheme.lower() == "https" else 80)
+        try:
+            socket.create_connection((parts.hostname, port), timeout=METRICS_TIMEOUT).close()
+        except OSError as error:
+            raise VerifyError(f"--gateway-url {self.url}: cannot connect to {parts.hostname}:{port} ({error}). Is "
+                              "the gateway up (e.g. `python -m routing serve`, or a `kubectl port-forward` to its "
+                              "Service) and the URL its base address?") from None
+
     def post(self, path: str, body: Mapping[str, Any]) -> int:
         request = urllib.request.Request(self.url.rstrip("/") + path, data=json.dumps(body).encode(), method="POST",
                                          headers={"Content-Type": "application/json", **self.headers})
@@ -134,8 +159,10 @@ class KubeApi:
             config.load_kube_config(config_file=kubeconfig, context=context)
         except Exception as error:  # the loader raises ConfigException, FileNotFoundError, TypeError...
             where = f"context {context!r}" if context else "the current context"
-            raise VerifyError(f"cannot load kubeconfig ({where}): {error}. Run `aws eks update-kubeconfig "
-                              "--name <cluster>` or pass --context, or use --pod-url/--gateway-url.") from None
+            source = f"--kubeconfig {kubeconfig}" if kubeconfig else "the kubeconfig ($KUBECONFIG, else ~/.kube/config)"
+            raise VerifyError(f"cannot load {source} ({where}): {str(error).rstrip('.')}. Run `aws eks "
+                              "update-kubeconfig --name <cluster>` or pass --context, or use --pod-url/--gateway-url."
+                              ) from None
         self.api_client = client.ApiClient()
         self.core = client.CoreV1Api(self.api_client)
 
@@ -257,6 +284,9 @@ class KubeGateway:
         target = f"{self.service}:{self.port}" if self.scheme == "http" else f"{self.scheme}:{self.service}:{self.port}"
         return f"/api/v1/namespaces/{self.namespace}/services/{target}/proxy{path}"
 
+    def reach(self) -> None:
+        """Nothing to do: finding the Service went through the same API server."""
+
     @classmethod
     def find(cls, api: KubeApi, where: Location, headers: Mapping[str, str], scheme: str = "http") -> KubeGateway:
         services = api.list_services(where.namespace, where.selector)
@@ -342,6 +372,7 @@ def measure(pods: PodReader, gateway: GatewayClient, bodies: Sequence[Mapping[st
     """
     before = pods.read()
     print(f"counters read from {len(before)} pod(s): {', '.join(before)}", file=out, flush=True)
+    gateway.reach()
     print(f"sending {len(bodies)} request(s) to {gateway.description}:", file=out, flush=True)
     started = time.monotonic()
     statuses, unsettled = send_batch(gateway, bodies, out, settle)
@@ -409,8 +440,9 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     parser.add_argument("--stack", help="stack whose settings fill the defaults below (stacks/Pulumi.<stack>.yaml)")
     add_model_options(parser)
     parser.add_argument("--workload", default="seed-shared",
-                        help=f"{', '.join(BUILTIN_WORKLOADS)}, or a .jsonl file of OpenAI request bodies "
-                             "(default: seed-shared)")
+                        help=f"{', '.join(BUILTIN_WORKLOADS)}, or a .jsonl file of OpenAI request bodies or of "
+                             '{"at": seconds, "session": id, "body": {...}} lines, as predict reads (default: '
+                             'seed-shared); sent one at a time in file order, without the "at" times')
     parser.add_argument("--model-id", help="served model name to put in each body (default: the stack model's)")
     parser.add_argument("--expect", choices=EXPECTATIONS,
                         help="exit 1 unless all requests land on one pod (concentrate) or on several (spread)")
@@ -512,6 +544,33 @@ def build_clients(args: argparse.Namespace, target: Target) -> tuple[PodReader, 
     return pods, gateway
 
 
+def workload_arrivals(workload: str, model_id: str | None) -> list[Arrival]:
+    """The workload's requests, read as predict reads them; a weight change is refused by line."""
+    arrivals = load_arrivals(workload, model_id)
+    changes = load_weight_changes(workload)
+    if changes:
+        lines = ", ".join(f"line {change.line} at {change.at:g}s" for change in changes)
+        raise WorkloadError(f'workload {workload}: {{"at", "weights"}} lines change the picker\'s weights ({lines}), '
+                            "which verify cannot do to a live gateway mid-run: it measures the weights the gateway "
+                            "runs. Remove those lines, or split the file at each change and run verify once per "
+                            "setting, changing the gateway's weights in between; `python -m routing predict` "
+                            "replays the changes")
+    return arrivals
+
+
+def timing_note(arrivals: Sequence[Arrival]) -> str:
+    """What verify does with a workload's "at" times and sessions, when it has any."""
+    times = [arrival.at for arrival in arrivals if arrival.at is not None]
+    sessions = {arrival.session for arrival in arrivals if arrival.session is not None}
+    if not times and not sessions:
+        return ""
+    has = [f'"at" times ({min(times):g}s to {max(times):g}s)'] if times else []
+    has += [f"{len(sessions)} session(s)"] if sessions else []
+    return (f"the workload has {' and '.join(has)}: its {len(arrivals)} requests go out one at a time in file order, "
+            "each once the previous one is answered" + (", so a session's turns keep their order" if sessions else "")
+            + ("; the times are not kept: verify measures where requests go, not timing" if times else ""))
+
+
 def run(args: argparse.Namespace) -> int:
     out = sys.stderr if args.json else sys.stdout
     try:
@@ -519,9 +578,12 @@ def run(args: argparse.Namespace) -> int:
         if target.model_id is None and args.workload in BUILTIN_WORKLOADS:
             raise VerifyError(f"--workload {args.workload} needs a served model name: pass --model-id NAME "
                               "(e.g. Qwen/Qwen2.5-0.5B-Instruct) or --stack dev --model qwen-small")
-        bodies, _ = load_workload(args.workload, target.model_id)
+        arrivals = workload_arrivals(args.workload, target.model_id)
         pods, gateway = build_clients(args, target)
-        measurement = measure(pods, gateway, bodies, out)
+        note = timing_note(arrivals)
+        if note:
+            print(f"verify: {note}", file=out, flush=True)
+        measurement = measure(pods, gateway, [arrival.body for arrival in arrivals], out)
     except (VerifyError, OptionError, WorkloadError) as error:
         print(f"verify: {error}", file=sys.stderr)
         return 2

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import socket
 import time
 import urllib.error
 import urllib.request
@@ -243,7 +244,7 @@ def test_bad_options_name_the_option_and_the_value(argv, message, capsys):
 def test_stack_options_follow_the_same_rules_as_predict_and_verify(argv, message, capsys):
     assert cli.main(["serve", "--backend", "a=http://127.0.0.1:1", *argv]) == 2
     err = capsys.readouterr().err
-    assert err.startswith("error: ") and message in err
+    assert err.startswith("serve: ") and message in err
 
 
 def test_a_stack_whose_model_has_a_custom_picker_config_is_refused(tmp_path, capsys):
@@ -376,3 +377,27 @@ def test_serve_refuses_a_bad_picker_config_file(tmp_path, capsys):
     error = capsys.readouterr().err
     assert f"--picker-config {config}: plugins[0].parameters.blockSizeTokens" in error
     assert "approx-prefix-cache-producer" in error
+
+
+def test_a_port_in_use_is_one_line_naming_the_option_the_port_and_the_fix(capsys):
+    with socket.create_server(("127.0.0.1", 0)) as taken:
+        port = taken.getsockname()[1]
+        assert cli.main(["serve", "--backend", "a=http://127.0.0.1:1", "--port", str(port)]) == 2
+    captured = capsys.readouterr()
+    assert captured.err == (f"serve: --port {port}: 127.0.0.1:{port} is already in use (another serve, a vLLM server, "
+                            "a port-forward?); pick a free port, e.g. --port 8080, or stop what holds it\n")
+    assert "listening" not in captured.out
+
+
+@pytest.mark.parametrize("name, make, problem", [
+    ("missing.yaml", lambda path: None, "No such file or directory"),
+    ("folder", lambda path: path.mkdir(), "Is a directory"),
+    ("latin1.yaml", lambda path: path.write_bytes(b"kind: EndpointPickerConfig # caf\xe9\n"), "can't decode byte 0xe9"),
+])
+def test_an_unreadable_picker_config_is_one_line_naming_the_option_and_the_file(tmp_path, capsys, name, make, problem):
+    path = tmp_path / name
+    make(path)
+    assert cli.main(["serve", "--backend", "a=http://127.0.0.1:1", "--picker-config", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"serve: --picker-config {path}: cannot read it (") and problem in err
+    assert err.endswith("pass the path of an EndpointPickerConfig YAML file\n") and err.count("\n") == 1

@@ -35,6 +35,7 @@ class FakeGateway:
     async def make_app(self) -> web.Application:
         app = web.Application()
         app.router.add_post("/v1/completions", self.forward)
+        app.router.add_post("/v1/chat/completions", self.forward)
         return app
 
     async def forward(self, request: web.Request) -> web.Response:
@@ -43,7 +44,7 @@ class FakeGateway:
             return web.json_response({"error": "no healthy upstream"}, status=503)
         pod = self.pods[self.choose(number)]
         async with aiohttp.ClientSession() as session:
-            async with session.post(pod.url + "/v1/completions", data=await request.read(),
+            async with session.post(pod.url + request.path, data=await request.read(),
                                     headers={"Content-Type": "application/json"}) as upstream:
                 return web.Response(status=upstream.status, body=await upstream.read(),
                                     content_type="application/json")
@@ -184,6 +185,8 @@ def test_old_gpu_metric_names_are_read(pods, gateway_factory, capsys):
     (["verify", "--model-id", "m", "--workload", "missing.jsonl", "--pod-url", "a=http://x"], "missing.jsonl: no such"),
     (["verify", "--model-id", "m", "--pod-url", "a=http://x", "--pod-url", "a=http://y", "--gateway-url", "http://y"],
      "verify: --pod-url names must be unique, got a, a"),
+    (["verify", "--stack", "dev", "--model", "qwen-small", "--kubeconfig", "/nonexistent"],
+     "verify: cannot load --kubeconfig /nonexistent (the current context): "),
 ])
 def test_unusable_options_exit_2_with_the_fix(argv, message, capsys):
     assert cli.main(argv) == 2
@@ -449,3 +452,89 @@ def test_measure_settles_before_each_request_and_reports_the_ones_it_could_not(p
     assert measurement.unsettled == (1, 4)
     assert measurement.statuses == (200,) * 12 and measurement.report.requests == 12
     assert "note: requests 2, 5 were sent before the gateway's view of every pod had settled" in out.getvalue()
+
+
+TRACE = Path(__file__).resolve().parents[2] / "examples" / "trace.jsonl"
+
+
+def test_the_example_trace_is_sent_in_file_order_without_its_times(pods, gateway_factory, capsys):
+    gateway = gateway_factory(pods, lambda n: "pod-a")
+    code = cli.main(verify_args(pods, gateway, "--workload", str(TRACE)))
+    out = capsys.readouterr().out
+    assert code == 0, out
+    lines = [json.loads(line) for line in TRACE.read_text().splitlines() if line.strip()]
+    assert pods["pod-a"].bodies == [{**line["body"], "model": "m"} for line in lines]
+    assert (f'the workload has "at" times (0.098s to 6.564s) and 2 session(s): its {len(lines)} requests go out one '
+            "at a time in file order, each once the previous one is answered, so a session's turns keep their "
+            "order; the times are not kept: verify measures where requests go, not timing") in out
+    assert f"{len(lines)} of {len(lines)} succeeded" in out
+
+
+def test_help_says_what_verify_does_with_a_workloads_times(capsys):
+    with pytest.raises(SystemExit):
+        cli.main(["verify", "--help"])
+    help_text = " ".join(capsys.readouterr().out.split())
+    assert '{"at": seconds, "session": id, "body": {...}} lines, as predict reads' in help_text
+    assert 'the "at" times are not kept: verify measures where requests go, not timing' in help_text
+
+
+def test_weight_changes_are_refused_by_line_before_anything_is_sent(pods, gateway_factory, tmp_path, capsys):
+    workload = tmp_path / "change.jsonl"
+    workload.write_text('{"at": 0, "body": {"prompt": "a"}}\n{"at": 1.5, "weights": {"prefix": 0}}\n'
+                        '{"at": 2, "body": {"prompt": "b"}}\n')
+    gateway = gateway_factory(pods, lambda n: "pod-a")
+    assert cli.main(verify_args(pods, gateway, "--workload", str(workload))) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f'verify: workload {workload}: {{"at", "weights"}} lines change the picker\'s weights '
+                          "(line 2 at 1.5s), which verify cannot do to a live gateway mid-run")
+    assert pods["pod-a"].bodies == [] and pods["pod-b"].bodies == []
+
+
+def jsonl(*lines: dict) -> str:
+    return "".join(json.dumps(line) + "\n" for line in lines)
+
+
+FIRST, SECOND = {"model": "m", "prompt": "a"}, {"model": "m", "messages": [{"role": "user", "content": "b"}]}
+WORKLOADS = {
+    "bare bodies": jsonl(FIRST, SECOND),
+    "timed lines": jsonl({"at": 0, "session": "s", "body": FIRST}, {"at": 1, "session": "s", "body": SECOND}),
+    "sessions without times": jsonl({"session": 1, "body": FIRST}, {"session": 1, "body": SECOND}),
+    "some lines without times": jsonl({"at": 0, "body": FIRST}, {"body": SECOND}),
+    "the example trace": TRACE.read_text(),
+    "a bare body among timed lines": jsonl({"at": 0, "body": FIRST}, SECOND),
+    "a timed line with another key": jsonl({"at": 0, "body": FIRST, "note": "x"}),
+    "a body without a prompt": jsonl({"at": 0, "body": {"model": "m", "input": 1}}),
+    "a negative time": jsonl({"at": -1, "body": FIRST}),
+    "not JSON": '{"model": "m", "prompt": "a"\n',
+    "no requests": "\n",
+}
+
+
+@pytest.mark.parametrize("name", WORKLOADS)
+def test_predict_and_verify_accept_and_refuse_the_same_workloads(tmp_path, capsys, name):
+    workload = tmp_path / "w.jsonl"
+    workload.write_text(WORKLOADS[name])
+    # --concurrency: predict then needs no times (verify uses none), so only the file's form decides.
+    predicted = cli.main(["predict", "--pods", "2", "--seed", "1", "--concurrency", "1", "--workload", str(workload)])
+    predict_err = capsys.readouterr().err
+    # The pods are read only once the workload is: their error means verify took the workload.
+    verified = cli.main(["verify", "--model-id", "m", "--workload", str(workload), "--pod-url", "a=http://127.0.0.1:1",
+                         "--gateway-url", "http://127.0.0.1:1"])
+    verify_err = capsys.readouterr().err
+    if predicted == 0:
+        assert verify_err.startswith("verify: --pod-url a=http://127.0.0.1:1: cannot read"), verify_err
+    else:
+        assert predicted == verified == 2
+        assert verify_err.removeprefix("verify: ") == predict_err.removeprefix("predict: ")
+
+
+def test_a_gateway_url_nothing_listens_on_is_one_line_before_any_request(pods, capsys):
+    with socket.create_server(("127.0.0.1", 0)) as closed:
+        port = closed.getsockname()[1]
+    code = cli.main(["verify", "--model-id", "m", "--pod-url", f"pod-a={pods['pod-a'].url}",
+                     "--gateway-url", f"http://127.0.0.1:{port}"])
+    captured = capsys.readouterr()
+    assert code == 2
+    assert captured.err.startswith(f"verify: --gateway-url http://127.0.0.1:{port}: cannot connect to 127.0.0.1:{port} "
+                                   "(") and "Is the gateway up" in captured.err
+    assert "sending" not in captured.out and pods["pod-a"].bodies == []
