@@ -304,17 +304,17 @@ def check_dependencies_chart(hyperpod: HyperPodSettings | None, project_dir: Pat
         return []
     chart = dependencies_chart_path(hyperpod, project_dir)
     clone = chart.parent.parent
-    command = (f"python -m settings clone-hyperpod-chart {hyperpod.dependencies_chart}` (or by hand: `git clone "
-               f"{DEPENDENCIES_REPO} {hyperpod.dependencies_chart} && git -C {hyperpod.dependencies_chart} checkout "
-               f"{DEPENDENCIES_COMMIT}")
+    target = hyperpod.dependencies_chart
+    command = (f"`.venv/bin/python -m settings clone-hyperpod-chart {target}` (or by hand: `git clone "
+               f"{DEPENDENCIES_REPO} {target} && git -C {target} checkout {DEPENDENCIES_COMMIT}`)")
     manifest = chart / "Chart.yaml"
     message = None
     if not manifest.is_file():
         message = (f"holds no Helm chart at {chart} (no Chart.yaml). AWS publishes the HyperPod dependencies chart "
-                   f"only in git; clone it at the pinned commit: `{command}`")
+                   f"only in git; clone it at the pinned commit: {command}")
     elif f"name: {DEPENDENCIES_CHART_NAME}" not in manifest.read_text():
         message = (f"{manifest} is not the HyperPod dependencies chart ({DEPENDENCIES_CHART_NAME}); "
-                   f"clone it at the pinned commit: `{command}`")
+                   f"clone it at the pinned commit: {command}")
     elif region and not (chart / "regional-values" / f"values-{region}.yaml").is_file():
         message = (f"has no regional values for aws:region {region} ({chart}/regional-values/values-{region}.yaml): "
                    "HyperPod's chart supports the regions listed there.")
@@ -325,7 +325,7 @@ def check_dependencies_chart(hyperpod: HyperPodSettings | None, project_dir: Pat
     checked_out = head.read_text().strip() if head.is_file() else DEPENDENCIES_COMMIT
     if checked_out != DEPENDENCIES_COMMIT:
         return [f"hyperpod.dependenciesChart: {clone} is at {checked_out!r}, not the pinned commit "
-                f"{DEPENDENCIES_COMMIT}; the chart may install other components. `{command}` gives the pinned one."]
+                f"{DEPENDENCIES_COMMIT}; the chart may install other components. {command} gives the pinned one."]
     return []
 
 

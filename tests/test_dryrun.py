@@ -154,7 +154,7 @@ def test_a_hyperpod_stack_without_the_dependencies_chart_says_how_to_clone_it(ca
     (tmp_path / "Pulumi.dev.yaml").write_text(text)
     status, out, err = dry_run(capsys, "--stack", "dev", "--stacks-dir", str(tmp_path))
     assert status == 2 and out == "" and err.count("\n") == 1
-    assert "no Chart.yaml" in err and f"`python -m settings clone-hyperpod-chart {clone}`" in err
+    assert "no Chart.yaml" in err and f"`.venv/bin/python -m settings clone-hyperpod-chart {clone}` (or by hand: `git clone " in err
 
 
 def test_it_runs_with_no_aws_credentials_and_no_pulumi_cli(tmp_path):

@@ -157,7 +157,7 @@ def test_a_missing_dependencies_chart_prints_the_clone_command(tmp_path):
     message = chart_problem(settings.hyperpod, tmp_path)
     assert "inference-gateway:hyperpod.dependenciesChart = 'vendor/hp-cli'" in message
     assert f"git -C vendor/hp-cli checkout {DEPENDENCIES_COMMIT}" in message
-    assert "python -m settings clone-hyperpod-chart vendor/hp-cli" in message
+    assert "`.venv/bin/python -m settings clone-hyperpod-chart vendor/hp-cli` (or by hand: `git clone " in message and message.endswith("`)")
 
 
 def test_an_empty_or_foreign_chart_directory_is_refused(tmp_path):
