@@ -63,6 +63,9 @@ def test_dev_runs_the_seed_on_a_hyperpod_cluster_orchestrated_by_the_eks_cluster
     assert chart["chart"] == "tests/fixtures/sagemaker-hyperpod-cli/helm_chart/HyperPodHelmChart"
     assert chart["namespace"] == "kube-system"
     assert chart["values"]["nvidia-device-plugin"]["devicePlugin"]["enabled"] is True
+    # Installed before any node exists, the chart cannot find the region on a node: without it the
+    # health agent pulls us-east-1's image, then switches (and rolls) once nodes join.
+    assert chart["values"]["health-monitoring-agent"]["region"] == "us-west-2"
     assert run.outputs["hyperpodClusterArn"] == HYPERPOD_ARN
     deployment = run.kubernetes_object("Deployment", "vllm-qwen-small")["spec"]["template"]["spec"]
     assert deployment["nodeSelector"] == {"inference-gateway/node-pool": "gpu"}

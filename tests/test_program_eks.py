@@ -70,6 +70,9 @@ def test_the_data_plane_is_pinned_and_sized_for_the_system_nodes():
     assert files["gateway-api-inference-pool-crd"].endswith("/v1.5.0/v1-manifests.yaml")
     controller = run.named("gateway-api-load-balancer-controller").inputs
     assert controller["version"] == "3.5.0" and controller["values"]["clusterName"] == "inference-eks"
+    # Without it the chart makes a new webhook CA and certificate at every render, so every preview
+    # (a weight toggle's included) would show the Secret and both webhook configurations changing.
+    assert controller["values"]["keepTLSSecret"] is True
     role = controller["values"]["serviceAccount"]["annotations"]["eks.amazonaws.com/role-arn"]
     assert role == "arn:aws:iam::123456789012:role/gateway-api-load-balancer-controller-role"
     trust = json.loads(run.named("gateway-api-load-balancer-controller-role").inputs["assumeRolePolicy"])

@@ -79,6 +79,11 @@ def load_balancer_controller_values(*, cluster_name: str, region: str, vpc_id: s
         "serviceAccount": {"create": True, "name": LOAD_BALANCER_CONTROLLER_SERVICE_ACCOUNT,
                            "annotations": {"eks.amazonaws.com/role-arn": role_arn}},
         "resources": LOAD_BALANCER_CONTROLLER_RESOURCES,
+        # The chart makes its webhook's CA and certificate at render time, and Pulumi renders at
+        # every preview: without this every preview (a weight toggle's included) would replace the
+        # Secret and both webhook configurations, and the controller would serve the old
+        # certificate until it reloads, so its failurePolicy: Fail webhooks could refuse Services.
+        "keepTLSSecret": True,
     }
 
 

@@ -65,7 +65,7 @@ class HyperPodCluster(pulumi.ComponentResource):
         self.dependencies = k8s.helm.v4.Chart(
             f"{name}-dependencies", chart=str(chart_path), namespace=render.DEPENDENCIES_NAMESPACE,
             dependency_update=True, value_yaml_files=[pulumi.FileAsset(str(regional_values))],
-            values=render.dependencies_values(),
+            values=render.dependencies_values(region),
             # Its Deployments cannot be ready before the HyperPod instances they run on exist, and
             # those come after the chart: waiting here would only time out.
             skip_await=True,

@@ -103,7 +103,13 @@ def eks_cluster_arn(partition: str, region: str, account: str, name: str) -> str
     return f"arn:{partition}:eks:{region}:{account}:cluster/{name}"
 
 
-def dependencies_values() -> dict[str, Any]:
+def dependencies_values(region: str) -> dict[str, Any]:
     """Exactly one NVIDIA device plugin runs on HyperPod: the chart's (the stack installs its own
-    only on plain EKS). It is the chart's default; stated so a changed default cannot drop it."""
-    return {"nvidia-device-plugin": {"devicePlugin": {"enabled": True}}}
+    only on plain EKS). It is the chart's default; stated so a changed default cannot drop it.
+
+    The health-monitoring agent's image is regional. The chart looks for the region on the
+    nodes' labels when none is given, but it is installed before any node exists, so it would
+    fall back to us-east-1's image and switch (rolling its DaemonSets) once nodes joined; its
+    values document `region` for exactly this."""
+    return {"nvidia-device-plugin": {"devicePlugin": {"enabled": True}},
+            "health-monitoring-agent": {"region": region}}
