@@ -22,9 +22,13 @@ GATEWAY_OWNER_LABEL = "gateway.envoyproxy.io/owning-gateway-name"
 # vLLM's OpenAI server listens here; the seed's Services and the CRD's targetPort default agree.
 VLLM_PORT = 8000
 
-# A published tag after vLLM 0.9.2 renamed the KV-cache metric the picker reads; 0.11 also
-# hides the deprecated gpu_* metrics, so the picker and `routing verify` read one set of names.
-DEFAULT_VLLM_IMAGE = "vllm/vllm-openai:v0.11.0"
+# The vLLM release the routing toolkit models (predict's scheduler and KV cache, calibrate's
+# metrics) and the end-to-end tests run (.ci/setup-vllm.sh installs its CPU build): the stack
+# deploys the same release, so a prediction describes the server the stack runs. Scheduling,
+# admission and metrics moved between 0.11 and 0.32; raise the two together. Its image is the
+# one vLLM publishes with every release on Docker Hub (vllm/vllm-openai:v<version>).
+MODELLED_VLLM_VERSION = "0.32.0"
+DEFAULT_VLLM_IMAGE = f"vllm/vllm-openai:v{MODELLED_VLLM_VERSION}"
 DEFAULT_NAMESPACE = "inference"
 
 # Where the GPUs come from. AWS documents the HyperPod Inference Gateway only on a SageMaker

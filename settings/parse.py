@@ -17,6 +17,7 @@ from settings.picker_config import PickerConfigError, load_endpoint_picker_confi
 from .errors import HIDDEN, NOT_SET, SettingsError
 from .hyperpod import HyperPodParser, capacity_problems, hyperpod_warnings, parse_platform, picker_replica_warnings
 from .model import (DEFAULT_IMPLEMENTATION, DEFAULT_NAMESPACE, DEFAULT_VLLM_IMAGE, DEPENDENCY_ADDON_MINIMUMS,
+                    MODELLED_VLLM_VERSION,
                     GATEWAY_IMPLEMENTATIONS, WEIGHT_NAMES, ClusterSettings, GatewaySettings, GpuNodeSettings,
                     JwtSettings, ModelSettings, NodeGroupSize, PickerConfigMap, Settings, SystemNodeSettings,
                     default_of, frozen_mapping, is_bottlerocket)
@@ -654,6 +655,9 @@ class _Parser:
                             "to ACM, which needs cert-manager in the cluster and the add-on's roles; with "
                             "gateway.installAddon false this stack installs neither. Without them the gateway never "
                             "reports Ready.")
+        for index, model in enumerate(models):
+            if (note := other_vllm_release(model.image)) is not None:
+                warnings.append(f"models[{index}].image {model.image} {note}")
         if gpu_nodes is not None and models:
             per_node = GPUS_PER_INSTANCE.get(gpu_nodes.instance_types[0])
             wanted = sum(m.replicas * m.gpus for m in models)
@@ -706,6 +710,24 @@ def _model_name_message(value: str) -> str | None:
     if value.strip() != value:
         return "has leading or trailing spaces; requests would never match it."
     return None
+
+
+def vllm_release(image: str) -> tuple[int, int] | None:
+    """The (major, minor) vLLM release of a vllm-openai image pinned to a version tag."""
+    match = VLLM_IMAGE.match(image)
+    return tuple(int(part) for part in match["version"].split(".")[:2]) if match else None
+
+
+def other_vllm_release(image: str) -> str | None:
+    """What differs when `image` runs another vLLM minor release than the one the toolkit models;
+    None when it runs that release."""
+    modelled = tuple(int(part) for part in MODELLED_VLLM_VERSION.split(".")[:2])
+    release = vllm_release(image)
+    if release is None or release == modelled:
+        return None
+    return (f"runs vLLM {release[0]}.{release[1]}, and `python -m routing predict` and `calibrate` model vLLM "
+            f"{modelled[0]}.{modelled[1]}, whose scheduling, admission and metrics differ between releases: its "
+            f"predictions describe a server this stack does not run. Use {DEFAULT_VLLM_IMAGE} to predict what runs.")
 
 
 def _vllm_image_message(value: str) -> str | None:

@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 from hypothesis import given, settings as hypothesis_settings, strategies as st
 
-from settings import DEFAULT_WEIGHTS, WEIGHT_NAMES, SettingsError, load_stack, parse_settings, parse_weight_overrides
+from settings import (DEFAULT_VLLM_IMAGE, DEFAULT_WEIGHTS, MODELLED_VLLM_VERSION, WEIGHT_NAMES, SettingsError,
+                      load_stack, parse_settings, parse_weight_overrides)
 
 SMALL = {"name": "qwen-small", "model": "Qwen/Qwen2.5-0.5B-Instruct", "replicas": 2}
 HYPERPOD_ARN = "arn:aws:sagemaker:us-west-2:123456789012:cluster/abcd1234efgh"
@@ -166,6 +167,31 @@ def test_vllm_image_must_be_pinned_and_recent_enough(image, expected):
         assert parse([{**SMALL, "image": image}]).models[0].image == image
     else:
         assert expected in problems([{**SMALL, "image": image}])
+
+
+def test_the_default_image_is_the_vllm_release_the_toolkit_models_and_the_e2e_tests_run():
+    # .ci/setup-vllm.sh installs the CPU build of the release predict models and the e2e tests
+    # drive; the stack must deploy that release too, or a prediction describes another server.
+    setup = (Path(__file__).resolve().parent.parent / ".ci" / "setup-vllm.sh").read_text()
+    installed = re.search(r'^vllm_version="([0-9.]+)"$', setup, re.M).group(1)
+    assert MODELLED_VLLM_VERSION == installed
+    model = parse().models[0]
+    assert model.image == f"vllm/vllm-openai:v{installed}" == DEFAULT_VLLM_IMAGE
+    assert not [w for w in parse().warnings if "image" in w]
+
+
+@pytest.mark.parametrize(("image", "warned"), [
+    ("vllm/vllm-openai:v0.11.0", "runs vLLM 0.11"),
+    ("vllm/vllm-openai:v0.34.0", "runs vLLM 0.34"),
+    ("vllm/vllm-openai:v0.32.4", None),  # a patch release of the modelled one
+])
+def test_an_image_of_another_vllm_minor_release_warns_that_predictions_model_another_server(image, warned):
+    warnings = [w for w in parse([{**SMALL, "image": image}]).warnings if "models[0].image" in w]
+    if warned is None:
+        assert warnings == []
+    else:
+        assert len(warnings) == 1 and warned in warnings[0] and "model vLLM 0.32" in warnings[0]
+        assert DEFAULT_VLLM_IMAGE in warnings[0]
 
 
 def test_managed_vllm_flags_are_rejected_in_extra_args():

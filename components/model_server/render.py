@@ -27,7 +27,9 @@ def pod_labels(model: ModelSettings) -> dict[str, str]:
 
 
 def vllm_args(model: ModelSettings) -> list[str]:
-    args = ["--model", model.model, "--port", str(model.port),
+    """Arguments to the image's entrypoint, `vllm serve`, which takes the model positionally
+    (`--model` there is deprecated: vLLM 0.32 warns that it will be removed)."""
+    args = [model.model, "--port", str(model.port),
             # Explicit although newer vLLMs default to it: the gateway's prefix scorer assumes it.
             "--enable-prefix-caching"]
     if model.gpus > 1:

@@ -37,9 +37,11 @@ from routing.simulation.prediction import Baseline, Load, PredictError, Predicti
 from routing.tables import percent
 from routing.workloads import (BUILTIN_WORKLOADS as BUILTIN, DEFAULT_OUTPUT_TOKENS, Arrival, WeightChange,
                                WorkloadError, load_arrivals, load_weight_changes)
-from settings import lru_conflict
+from settings import MODELLED_VLLM_VERSION, lru_conflict, other_vllm_release
 from settings.picker_config import EndpointPickerConfig, load_endpoint_picker_config
 
+# The release whose scheduler and KV cache the simulated servers follow, as the report names it.
+MODELLED_VLLM_RELEASE = MODELLED_VLLM_VERSION.rpartition(".")[0]
 # The heat map's axes and panels (routing/simulation/plot.py).
 MAX_PLOTTED_WEIGHTS = 3
 
@@ -144,6 +146,8 @@ def _target(args: argparse.Namespace) -> _Target:
 
     model = found.model
     index = found.settings.models.index(model)
+    release_note = other_vllm_release(model.image)
+    release_caveats = (f"the model's image {model.image} {release_note}",) if release_note else ()
     if model.picker_config_map is not None:
         config = found.picker_config(f"To predict with explicit weights, use --pods {model.replicas or 2} --weights ...")
         if overrides:
@@ -152,7 +156,7 @@ def _target(args: argparse.Namespace) -> _Target:
                                "scheduling profile's weights instead.")
         return _Target(f"Prediction for stack {args.stack}, model {model.name} ({model.model}), picker configuration "
                        f"{model.picker_config_map.file}", model.name, model.model, {},
-                       args.replicas if args.replicas is not None else model.replicas, (),
+                       args.replicas if args.replicas is not None else model.replicas, release_caveats,
                        found.settings.picker_replicas(model), f"models[{index}].weights",
                        load_endpoint_picker_config(config))
     weights = {**found.weights(f"To predict with explicit weights, use --pods {model.replicas or 2} --weights ..."),
@@ -164,10 +168,10 @@ def _target(args: argparse.Namespace) -> _Target:
     if replicas < 1:
         raise PredictError(f"model {model.name!r} has replicas {replicas} in stack {args.stack!r}: no pod to route "
                            "to. Pass --replicas N to predict for N pods.")
-    caveats = ()
+    caveats = release_caveats
     if model.scheduler == "epp":
-        caveats = ("scheduler epp: modelled with the llm-d router v0.10 scorers; which upstream release HyperPod's "
-                   "epp scheduler runs is not documented",)
+        caveats += ("scheduler epp: modelled with the llm-d router v0.10 scorers; which upstream release HyperPod's "
+                    "epp scheduler runs is not documented",)
     return _Target(f"Prediction for stack {args.stack}, model {model.name} ({model.model})", model.name, model.model,
                    weights, replicas, caveats, found.settings.picker_replicas(model), f"models[{index}].weights")
 
@@ -410,11 +414,12 @@ def format_prediction(prediction: Prediction, *, target: _Target, workload: str,
     if prediction.under_load:
         replicas = f"{picker_replicas} replica{'s' if picker_replicas > 1 else ''}"
         picker += f"; {replicas}, scraping each pod every {scrape_interval * 1000:g} ms"
-        servers = (f"  servers: vLLM continuous batching (at most {limits.max_num_seqs} sequences and "
-                   f"{limits.max_num_batched_tokens} tokens per step), block size {block_size} tokens, {capacity} "
-                   "of KV cache per pod")
+        servers = (f"  servers: vLLM {MODELLED_VLLM_RELEASE} continuous batching (at most {limits.max_num_seqs} "
+                   f"sequences and {limits.max_num_batched_tokens} tokens per step), block size {block_size} tokens, "
+                   f"{capacity} of KV cache per pod")
     else:
-        servers = f"  servers: vLLM prefix caching, block size {block_size} tokens, {capacity} of KV cache per pod"
+        servers = (f"  servers: vLLM {MODELLED_VLLM_RELEASE} prefix caching, block size {block_size} tokens, "
+                   f"{capacity} of KV cache per pod")
     lines = [
         f"{target.title}: {target.replicas} pods, workload {workload} ({requests} requests, {mode})",
         picker, servers,

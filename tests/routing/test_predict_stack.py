@@ -49,3 +49,16 @@ def test_weights_cannot_be_laid_over_a_whole_picker_config(tmp_path, capsys):
     code = cli.main(["predict", "--stack", "custom", "--stacks-dir", str(stacks), "--model", "qwen-small",
                      "--workload", "seed-shared", "--weights", "prefix=0"])
     assert code == 2 and "runs its own EndpointPickerConfig" in capsys.readouterr().err
+
+
+def test_predict_names_the_vllm_release_it_models_and_flags_a_model_image_of_another(tmp_path, capsys):
+    args = ["--model", "qwen-small", "--workload", "seed-shared", "--seed", "1"]
+    assert cli.main(["predict", "--stack", "eks", *args]) == 0
+    out = capsys.readouterr().out
+    assert "servers: vLLM 0.32 prefix caching" in out and "runs vLLM" not in out
+    eks = (STACKS / "Pulumi.eks.yaml").read_text()
+    marker = "      pickerReplicas: 1\n"
+    (tmp_path / "Pulumi.older.yaml").write_text(eks.replace(marker, marker + "      image: vllm/vllm-openai:v0.11.0\n"))
+    assert cli.main(["predict", "--stack", "older", "--stacks-dir", str(tmp_path), *args]) == 0
+    out = capsys.readouterr().out
+    assert "the model's image vllm/vllm-openai:v0.11.0 runs vLLM 0.11" in out and "model vLLM 0.32" in out
