@@ -10,17 +10,13 @@ from pathlib import Path
 
 from pulumi.errors import RunError
 
-from settings import SettingsError, stack_file
+from settings import SettingsError
 
 from . import __doc__ as PACKAGE_DOC
 from .mocks import PreviewMocks
 from .overrides import Override, OverrideError, apply_overrides
 from .report import LEGEND, Snapshot, change_report, compare, listing, snapshot
-from .runner import run_program, stack_config
-
-
-class UsageError(ValueError):
-    """A user mistake (stack, --set, or config the program refuses); the message is one line."""
+from .runner import UsageError, one_line, run_program, stack_config, stack_path
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -39,23 +35,6 @@ def build_parser() -> argparse.ArgumentParser:
                         help="only the resources whose type or Kubernetes kind contains TEXT, e.g. Deployment, "
                              "aws:iam, helm")
     return parser
-
-
-def one_line(message: str) -> str:
-    """A multi-line settings error (a header, then `  - problem` lines) as one line."""
-    head, *problems = message.strip().splitlines()
-    return " ".join([head, "; ".join(p.strip().removeprefix("- ") for p in problems)]).strip()
-
-
-def stack_path(stack: str, stacks_dir: Path | None) -> Path:
-    if not stack or "/" in stack or "\\" in stack or stack in (".", ".."):
-        raise UsageError(f"--stack {stack!r}: give the stack's short name, the <stack> of stacks/Pulumi.<stack>.yaml "
-                         "(e.g. --stack dev); point --stacks-dir at another directory of stack files")
-    path = stack_file(stack, stacks_dir)
-    if not path.is_file():
-        known = sorted(p.name[len("Pulumi."):-len(".yaml")] for p in path.parent.glob("Pulumi.*.yaml"))
-        raise UsageError(f"--stack {stack}: there is no stack file {path}; stacks there: {', '.join(known) or 'none'}")
-    return path
 
 
 def shown_path(path: Path) -> str:

@@ -22,6 +22,27 @@ PROGRAM = ROOT / "__main__.py"
 PROJECT = NAMESPACE
 
 
+class UsageError(ValueError):
+    """A user mistake (stack, --set, or config the program refuses); the message is one line."""
+
+
+def one_line(message: str) -> str:
+    """A multi-line settings error (a header, then `  - problem` lines) as one line."""
+    head, *problems = message.strip().splitlines()
+    return " ".join([head, "; ".join(p.strip().removeprefix("- ") for p in problems)]).strip()
+
+
+def stack_path(stack: str, stacks_dir: Path | None) -> Path:
+    if not stack or "/" in stack or "\\" in stack or stack in (".", ".."):
+        raise UsageError(f"--stack {stack!r}: give the stack's short name, the <stack> of stacks/Pulumi.<stack>.yaml "
+                         "(e.g. --stack dev); point --stacks-dir at another directory of stack files")
+    path = stack_file(stack, stacks_dir)
+    if not path.is_file():
+        known = sorted(p.name[len("Pulumi."):-len(".yaml")] for p in path.parent.glob("Pulumi.*.yaml"))
+        raise UsageError(f"--stack {stack}: there is no stack file {path}; stacks there: {', '.join(known) or 'none'}")
+    return path
+
+
 @dataclass
 class ProgramRun:
     resources: list[Registered]

@@ -1,11 +1,15 @@
 """The pull-request workflow, linted by real linters (it only runs on GitHub, so this is our check)."""
 
+import re
 import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import yaml
+
+from dryrun.runner import run_program, stack_config
+from tests.stack.program import DEPENDENCIES_CLONE
 
 ROOT = Path(__file__).resolve().parent.parent
 WORKFLOW = ROOT / ".github" / "workflows" / "pull-request.yml"
@@ -66,3 +70,46 @@ def test_the_hyperpod_chart_is_cloned_before_the_preview_that_needs_it():
     # The path the dev stack reads the chart from.
     dev = yaml.safe_load((ROOT / "stacks" / "Pulumi.dev.yaml").read_text())["config"]["inference-gateway:hyperpod"]
     assert preview["steps"][clone]["run"].endswith(dev["dependenciesChart"])
+
+
+def test_every_stack_files_charts_are_rendered_with_a_pinned_helm():
+    charts = yaml.safe_load(WORKFLOW.read_text())["jobs"]["charts"]
+    stacks = sorted(p.name[len("Pulumi."):-len(".yaml")] for p in (ROOT / "stacks").glob("Pulumi.*.yaml"))
+    assert sorted(charts["strategy"]["matrix"]["stack"]) == stacks
+    helm = next(step for step in charts["steps"] if step.get("uses", "").startswith("azure/setup-helm@"))
+    assert re.fullmatch(r"v3\.\d+\.\d+", helm["with"]["version"])
+    runs = [step.get("run", "") for step in charts["steps"]]
+    render = next(i for i, run in enumerate(runs) if "-m dryrun.charts" in run)
+    assert '--stack "${{ matrix.stack }}"' in runs[render] and "--list" not in runs[render]
+    clone = next(i for i, run in enumerate(runs) if "settings clone-hyperpod-chart" in run)
+    assert clone < render
+
+
+def test_the_render_step_covers_every_chart_the_program_declares(tmp_path):
+    # What the workflow's command renders, against every chart resource the program registers
+    # under mocks, for each stack file (dev with the repository's stand-in of AWS's chart).
+    stacks = tmp_path / "stacks"
+    shutil.copytree(ROOT / "stacks", stacks)
+    dev = stacks / "Pulumi.dev.yaml"
+    dev.write_text(dev.read_text().replace("vendor/sagemaker-hyperpod-cli", str(DEPENDENCIES_CLONE)))
+    for stack in sorted(p.name[len("Pulumi."):-len(".yaml")] for p in stacks.glob("Pulumi.*.yaml")):
+        config, secrets = stack_config(stack, stacks)
+        registered = run_program(config, stack=stack, secret_keys=secrets)
+        declared = sorted((r.inputs.get("name") or r.name, r.inputs["chart"]) for r in registered.resources
+                          if r.type.startswith("kubernetes:helm.sh/"))
+        listed = subprocess.run([sys.executable, "-m", "dryrun.charts", "--stack", stack, "--stacks-dir", str(stacks),
+                                 "--list"], cwd=ROOT, capture_output=True, text=True, check=True).stdout
+        rendered = sorted(tuple(line.split("\t")[:2]) for line in listed.splitlines())
+        assert rendered == declared, stack
+        assert stack == "existing" or declared
+
+
+def test_a_chart_that_fails_to_render_fails_the_step(tmp_path):
+    # A fake helm that refuses to template: the step must exit non-zero, naming the release.
+    helm = tmp_path / "helm"
+    helm.write_text("#!/bin/sh\n[ \"$1\" = template ] && { echo 'Error: template: bad value' >&2; exit 1; }\nexit 0\n")
+    helm.chmod(0o755)
+    result = subprocess.run([sys.executable, "-m", "dryrun.charts", "--stack", "eks", "--helm", str(helm)], cwd=ROOT,
+                            capture_output=True, text=True)
+    assert result.returncode == 1
+    assert "istiod (istiod 1.30.1): FAILED" in result.stderr and "Error: template: bad value" in result.stderr
