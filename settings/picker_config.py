@@ -23,7 +23,7 @@ __all__ = [
     "API_VERSION", "DEPRECATED_API_VERSION", "KIND", "WEIGHT_PLUGIN_TYPES", "MODELLED_TYPES", "KNOWN_TYPES",
     "PickerConfigError", "Parameter", "PluginSpec", "ProfilePlugin", "SchedulingProfile", "EndpointPickerConfig",
     "load_endpoint_picker_config", "render_endpoint_picker_config", "endpoint_picker_config_yaml", "plugin_role",
-    "plugin_parameters",
+    "plugin_parameters", "token_backend",
 ]
 
 API_VERSION = "llm-d.ai/v1alpha1"
@@ -71,6 +71,11 @@ class Parameter:
     kind: type  # int, float, bool, str or dict (a nested object): what the Go field's type accepts
     default: Any
     meaning: str
+    # A nested Go struct's fields, decoded as strictly (None: the mapping is kept as written).
+    fields: tuple[Parameter, ...] | None = None
+    # The values a string field accepts, checked by the factory after decoding ("" keeps the default).
+    choices: tuple[str, ...] = ()
+    example: str = ""  # a value to show in errors, when the default is not a useful one
 
 
 @dataclass(frozen=True)
@@ -95,6 +100,61 @@ _PREFIX_PRODUCER_PARAMETERS = (
     Parameter("lruCapacityPerServer", int, 31250, "blocks remembered per pod without autoTune; <= 0 means 31250"),
 )
 _PRODUCER_NAME = Parameter("prefixMatchInfoProducerName", str, "", "which prefix producer's match info to read")
+
+
+def _resolution(meaning: str) -> Parameter:
+    return Parameter("defaultResolution", dict, None, meaning, example="{width: 640, height: 360}",
+                     fields=(Parameter("width", int, 640, "pixels"), Parameter("height", int, 360, "pixels")))
+
+
+def _mode(choices: tuple[str, ...], meaning: str) -> Parameter:
+    return Parameter("mode", str, "", meaning, choices=choices, example=choices[-1])
+
+
+def _one_field(key: str, meaning: str, field: Parameter) -> Parameter:
+    return Parameter(key, dict, None, meaning, fields=(field,), example=f"{{{field.key}: {field.example}}}")
+
+
+# dataproducer/tokenizer/tokenizer.go@v0.10.0 estimateConfig and the structs under it, by JSON
+# name. A zero or absent field takes mm_estimate.go's built-in default, the `default` shown here.
+def _counted(meaning: str, static_count: Parameter) -> tuple[Parameter, ...]:
+    # The mode, static and dynamic fields imageEstimateConfig and tokensPerFrameConfig share.
+    return (_mode(("dynamic", "static"), meaning), _one_field("static", "static mode's count", static_count),
+            _one_field("dynamic", "dynamic mode's divisor",
+                       Parameter("factor", int, 1024, "pixels per placeholder token", example="1024")))
+
+
+_IMAGE_ESTIMATE = (
+    *_counted("dynamic: width x height / factor tokens; static: the same count for every image",
+              Parameter("staticToken", int, 0, "placeholder tokens per image", example="64")),
+    _resolution("the size of an image whose header cannot be decoded (dynamic mode)"),
+)
+_TOKENS_PER_FRAME = _counted("dynamic: width x height / factor per frame; static: a constant per frame",
+                             Parameter("numTokensPerFrame", int, 0, "placeholder tokens per frame", example="256"))
+_FRAMES = (
+    _mode(("sampled", "strided"), "sampled: duration x sampleFPS; strided: duration x source fps / frameStride"),
+    Parameter("minFrames", int, 0, "the fewest frames counted; 0: no floor", example="4"),
+    Parameter("maxFrames", int, 0, "the most frames counted; 0: no cap", example="16"),
+    Parameter("sampled", dict, None, "sampled mode", example="{sampleFPS: 2}", fields=(
+        Parameter("sampleFPS", float, 2.0, "frames sampled per second", example="2"),
+        Parameter("temporalPatchSize", int, 0, "sampled frames merged into one", example="2"))),
+    Parameter("strided", dict, None, "strided mode", example="{frameStride: 4}", fields=(
+        Parameter("defaultSourceFPS", float, 24.0, "the video's frame rate", example="24"),
+        Parameter("frameStride", int, 1, "every Nth source frame is kept", example="4"))),
+)
+_ESTIMATE_FIELDS = (
+    Parameter("image", dict, None, "how many placeholder tokens an image part gets", example="{mode: static}",
+              fields=_IMAGE_ESTIMATE),
+    Parameter("video", dict, None, "how many placeholder tokens a video part gets", example="{maxVideoTokens: 4096}",
+              fields=(
+                  _resolution("the frame size for dynamic tokens per frame"),
+                  Parameter("defaultDuration", float, 10.0, "seconds of video", example="10"),
+                  Parameter("tokensPerFrame", dict, None, "placeholder tokens per frame", example="{mode: static}",
+                            fields=_TOKENS_PER_FRAME),
+                  Parameter("frames", dict, None, "frames counted", example="{mode: strided}", fields=_FRAMES),
+                  Parameter("maxVideoTokens", int, 0, "the most placeholder tokens a video gets; 0: no cap",
+                            example="4096"))),
+)
 
 # Every plugin type LDR v0.10.0 registers (cmd/epp/runner/runner.go registerInTreePlugins), by role.
 # Parameters are listed for the types this toolkit models; the others load (their parameters
@@ -121,10 +181,12 @@ _MODELLED: dict[str, _PluginType] = {
     )),
     SINGLE_PROFILE_HANDLER: _PluginType("profile-handler"),
     # dataproducer/tokenizer/tokenizer.go tokenizerPluginConfig. The model hashes what the
-    # `estimate` backend (the one used with no tokenizer) produces; the picker model refuses
-    # the vllm and uds backends, which count real tokens.
+    # `estimate` backend (the one used with no tokenizer) produces, its media estimates
+    # included; the picker model refuses the vllm and uds backends, which count real tokens.
+    # `vllm` and `udsTokenizerConfig` are kept as written (their fields are not checked).
     TOKEN_PRODUCER: _PluginType("producer", (
-        Parameter("estimate", dict, None, "the tokenizer-free backend's media placeholder estimates"),
+        Parameter("estimate", dict, None, "the tokenizer-free backend's media placeholder estimates",
+                  fields=_ESTIMATE_FIELDS, example="{image: {mode: static, static: {staticToken: 64}}}"),
         Parameter("vllm", dict, None, "tokenize through a vLLM /render endpoint"),
         Parameter("udsTokenizerConfig", dict, None, "deprecated gRPC-over-UDS tokenizer"),
         Parameter("modelName", str, "", "the model whose tokenizer the vllm and uds backends load"),
@@ -434,16 +496,19 @@ def _decoded_value(parameter: Parameter, value: Any, where: str) -> Any:
     if kind is bool:
         ok = isinstance(value, bool)
     elif kind is int:
-        # YAML becomes JSON before Go decodes it, so 16.0 reaches an int field as 16.
+        # YAML becomes JSON before Go decodes it, so 16.0 reaches an int field as 16; 1.5, or a
+        # number beyond Go's 64-bit int, is refused.
         ok = (isinstance(value, int) and not isinstance(value, bool)) or (
             isinstance(value, float) and value.is_integer())
+        ok = ok and _GO_INT_MIN <= value <= _GO_INT_MAX
         value = int(value) if ok else value
     elif kind is float:
         ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
         value = float(value) if ok else value
     elif kind is dict:
         ok = isinstance(value, Mapping)
-        value = _frozen(value) if ok else value
+        if ok:
+            return _frozen(value) if parameter.fields is None else _decoded_fields(parameter.fields, value, where)
     else:
         ok = isinstance(value, str)
     if not ok:
@@ -452,11 +517,29 @@ def _decoded_value(parameter: Parameter, value: Any, where: str) -> Any:
     return value
 
 
+def _decoded_fields(fields: tuple[Parameter, ...], raw: Mapping[str, Any], where: str) -> Mapping[str, Any]:
+    """A nested struct as Go's strict decoder reads it: keys matched case-insensitively, unknown
+    keys refused, null leaving a field unset. Holds the fields written, by their JSON names."""
+    by_folded_key = {field.key.lower(): field for field in fields}
+    decoded = {}
+    for key, value in raw.items():
+        field = by_folded_key.get(str(key).lower())
+        if field is None:
+            raise PickerConfigError(f"{where}.{key}: not a field here (upstream decodes parameters strictly); "
+                                    f"the fields are {', '.join(field.key for field in fields)}")
+        if value is not None:
+            decoded[field.key] = _decoded_value(field, value, f"{where}.{key}")
+    return MappingProxyType(decoded)
+
+
+_GO_INT_MIN, _GO_INT_MAX = -2 ** 63, 2 ** 63 - 1
 _KIND_NAMES = {bool: "true or false", int: "a whole number", float: "a number", str: "a string",
                dict: "a mapping"}
 
 
 def _example(parameter: Parameter) -> str:
+    if parameter.example:
+        return parameter.example
     if parameter.kind is bool:
         return "true" if parameter.default else "false"
     if parameter.kind is dict:
@@ -493,6 +576,54 @@ def _check_plugin_parameters(plugin_type: str, values: dict[str, Any], written: 
         if weight > 0.0 and values["matchLengthScaleTokens"] <= 0:
             raise PickerConfigError(f"{where}.parameters.matchLengthScaleTokens: {values['matchLengthScaleTokens']} "
                                     "with matchLengthWeight > 0; it must be > 0, e.g. 8192")
+    elif plugin_type == TOKEN_PRODUCER:
+        _check_token_backend(values, where)
+        if values["estimate"] is not None:
+            _check_choices(_ESTIMATE_FIELDS, values["estimate"], f"{where}.parameters.estimate")
+
+
+def token_backend(parameters: Mapping[str, Any]) -> str:
+    """The backend a token-producer's decoded parameters select (tokenizer.go NewPlugin@v0.10.0):
+    udsTokenizerConfig when its socketFile is set, vllm when `vllm` or `modelName` is, else
+    estimate, which is also the zero-config default."""
+    uds = parameters["udsTokenizerConfig"]
+    if isinstance(uds, Mapping) and any(str(key).lower() == "socketfile" and value for key, value in uds.items()):
+        return "udsTokenizerConfig"
+    if parameters["vllm"] is not None or parameters["modelName"]:
+        return "vllm"
+    return "estimate"
+
+
+def _check_token_backend(values: Mapping[str, Any], where: str) -> None:
+    # tokenizer.go PluginFactory@v0.10.0, its conditions as written: modelName alone selects vllm,
+    # so a uds backend (which needs modelName) is always refused with one or the other message.
+    estimate = values["estimate"] is not None
+    uds = token_backend(values) == "udsTokenizerConfig"
+    vllm = values["vllm"] is not None or bool(values["modelName"])
+    if (estimate and (uds or vllm)) or (uds and vllm):
+        written = [key for key, on in (("estimate", estimate), ("vllm", values["vllm"] is not None),
+                                       ("modelName", bool(values["modelName"])), ("udsTokenizerConfig", uds)) if on]
+        raise PickerConfigError(f"{where}.parameters: {' and '.join(written)} select different token backends "
+                                "(modelName alone selects vllm); upstream's factory takes only one of 'estimate', "
+                                "'vllm' or 'udsTokenizerConfig'. Keep estimate, the backend this model predicts, and "
+                                "drop the others")
+    if (uds or vllm) and not values["modelName"]:
+        backend = "udsTokenizerConfig" if uds else "vllm"
+        raise PickerConfigError(f"{where}.parameters.modelName: missing; the {backend} backend loads the model's "
+                                "tokenizer and upstream's factory refuses it without one. Set modelName (e.g. "
+                                "modelName: Qwen/Qwen2.5-0.5B-Instruct) or use estimate: {}")
+
+
+def _check_choices(fields: tuple[Parameter, ...], decoded: Mapping[str, Any], where: str) -> None:
+    # The factory's mode checks, in its order (image.mode, video.tokensPerFrame.mode, video.frames.mode).
+    for field in fields:
+        value = decoded.get(field.key)
+        if field.fields is not None and value is not None:
+            _check_choices(field.fields, value, f"{where}.{field.key}")
+        elif field.choices and value not in ("", None, *field.choices):
+            raise PickerConfigError(f"{where}.{field.key}: {_shown(value)} is not a mode upstream accepts; use "
+                                    f"{' or '.join(field.choices)} ({field.meaning}), "
+                                    f"e.g. {field.key}: {field.example}")
 
 
 def _profiles(entries: Any, plugins: Mapping[str, PluginSpec], warnings: list[str]) -> list[SchedulingProfile]:

@@ -17,13 +17,14 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Mapping, NamedTuple, Protocol, Sequence
 
-from routing.picker.estimate import SURROGATE_FIX, ServerPrompt, lone_surrogate, parse_body
+from routing.picker.estimate import (DEFAULT_ESTIMATES, SURROGATE_FIX, MediaEstimates, MediaRun, ServerPrompt,
+                                     lone_surrogate, parse_body, with_estimates)
 from routing.picker.prefix import character_block_hashes, picker_block_hashes, picker_block_size, pseudo_token_bytes
 from settings import DEFAULT_WEIGHTS, WEIGHT_NAMES
 from settings.picker_config import (KV_CACHE, LORA_AFFINITY, MAX_SCORE_PICKER, NO_HIT_LRU, PREFIX, PREFIX_PRODUCER,
                                     QUEUE, RUNNING_REQUESTS, SINGLE_PROFILE_HANDLER, TOKEN_PRODUCER,
                                     EndpointPickerConfig, PickerConfigError, PluginSpec, SchedulingProfile,
-                                    load_endpoint_picker_config, render_endpoint_picker_config)
+                                    load_endpoint_picker_config, render_endpoint_picker_config, token_backend)
 
 __all__ = [
     "WEIGHT_NAMES", "PodMetrics", "Request", "Decision", "ScoreBreakdown", "PodScore", "ScorerContribution", "Picker", "EndpointPicker", "RoundRobinPicker",
@@ -72,7 +73,9 @@ class Request:
     tokens (default: `prompt` as a completion). `cache_salt` isolates prefix caches: it goes
     into every stream's first block hash. `lora` names the adapter a request targets; the
     picker's target model (LoRA affinity, and the first block's hash) is then the adapter, as
-    it is when an OpenAI body's `model` names an adapter.
+    it is when an OpenAI body's `model` names an adapter. `media`: where `picker_prompts[0]`
+    holds image and video placeholder runs, which a picker whose token producer estimates media
+    otherwise recounts (`streams_under`).
     """
 
     model: str
@@ -83,6 +86,7 @@ class Request:
     server_prompts: tuple[ServerPrompt, ...] | None = None
     # What pickers before v0.9 hash (default: `prompt`'s UTF-8): see estimate.py.
     character_input: bytes | None = None
+    media: tuple[MediaRun, ...] = ()
 
     @property
     def target_model(self) -> str:
@@ -92,6 +96,13 @@ class Request:
     def token_streams(self) -> tuple[bytes, ...]:
         """What the picker hashes: little-endian uint32 token bytes, one entry per prompt."""
         return self.picker_prompts if self.picker_prompts is not None else (pseudo_token_bytes(self.prompt),)
+
+    def streams_under(self, estimates: MediaEstimates) -> tuple[bytes, ...]:
+        """The token streams a token producer with these media `estimates` makes of the request:
+        `token_streams` with each image and video run recounted."""
+        if not self.media:
+            return self.token_streams
+        return (with_estimates(self.token_streams[0], self.media, estimates),)
 
     @property
     def characters(self) -> bytes:
@@ -109,7 +120,7 @@ class Request:
         parsed = parse_body(body, api)
         return cls(model=parsed.model, prompt=parsed.text, cache_salt=parsed.cache_salt,
                    picker_prompts=parsed.picker_prompts, server_prompts=parsed.server_prompts,
-                   character_input=parsed.character_input)
+                   character_input=parsed.character_input, media=parsed.media)
 
 
 _NO_WEIGHTS: Mapping[str, float] = MappingProxyType({})
@@ -299,21 +310,24 @@ class PrefixIndex:
 
 class HashPlan(NamedTuple):
     """How a prefix producer cuts a request into hashed blocks: its characters (pickers before
-    v0.9) or its pseudo-tokens, in blocks of `block_tokens`, at most `max_blocks` of them."""
+    v0.9) or its pseudo-tokens, in blocks of `block_tokens`, at most `max_blocks` of them, with
+    images and videos counted by the token producer's `estimates` (None: upstream's defaults,
+    which parsing a body already applied)."""
 
     characters: bool
     block_tokens: int
     max_blocks: int
+    estimates: MediaEstimates | None = None
 
     def hashes(self, request: Request) -> list[list[int]]:
         """The request's block hashes, one chain per prompt that has any."""
-        characters, block_tokens, max_blocks = self
+        characters, block_tokens, max_blocks, estimates = self
         model, salt = request.target_model, request.cache_salt
         if characters:
             hashes = character_block_hashes(model, request.characters, block_tokens, max_blocks, salt)
             return [hashes] if hashes else []
         streams = [picker_block_hashes(model, stream, block_tokens, max_blocks, salt)
-                   for stream in request.token_streams]
+                   for stream in (request.token_streams if estimates is None else request.streams_under(estimates))]
         return [hashes for hashes in streams if hashes]
 
 
@@ -349,10 +363,10 @@ class _PrefixProducer:
     approximateprefix/{hashing,plugin}.go@GIE v1.5.0): one stream of the request's characters
     in blocks of blockSizeTokens x 4 bytes, no 64-token floor, the trailing partial block
     dropped, at most 256 blocks unless configured, and the constant 31,250 as the capacity
-    without autoTune.
+    without autoTune. `estimates`: the token producer's media estimates when not the defaults.
     """
 
-    def __init__(self, spec: PluginSpec, *, characters: bool = False):
+    def __init__(self, spec: PluginSpec, *, characters: bool = False, estimates: MediaEstimates | None = None):
         parameters = spec.parameters
         self.auto_tune: bool = parameters["autoTune"]
         self.block_size_tokens: int = parameters["blockSizeTokens"]
@@ -360,6 +374,7 @@ class _PrefixProducer:
         self.max_prefix_blocks: int = parameters["maxPrefixBlocksToMatch"]
         self.lru_capacity_per_server: int = parameters["lruCapacityPerServer"]
         self.characters = characters
+        self.estimates = estimates
         if characters:
             # GIE v1.5 defaults, where the config left them: no token cap, 256 blocks.
             if "maxPrefixTokensToMatch" not in spec.written:
@@ -381,7 +396,7 @@ class _PrefixProducer:
                 block_tokens = reported_block_size
         else:
             block_tokens = picker_block_size(self.block_size_tokens, reported_block_size, self.auto_tune)
-        return HashPlan(self.characters, block_tokens, self._max_blocks(block_tokens))
+        return HashPlan(self.characters, block_tokens, self._max_blocks(block_tokens), self.estimates)
 
     def match(self, request: Request, pods: Sequence[PodMetrics], names: Sequence[str],
               hashed: Hashed | None = None) -> _MatchInfo:
@@ -561,7 +576,7 @@ class EndpointPicker:
         self.hashes_characters = PICKER_VERSIONS[picker_version] == "characters"
         self._rng = random.Random(seed)
         profile = _single_profile(config)
-        _check_token_producers(config)
+        _refuse_real_tokenizers(config)
         self._scorers: dict[str, _Scorer] = {}
         weights: dict[str, float] = {}
         for entry in profile.plugins:
@@ -596,6 +611,8 @@ class EndpointPicker:
         self._metrics_scores: dict[str, dict[str, float]] = {}
         self._metrics_totals: dict[str, float] = {}
         self._producers: dict[str, _PrefixProducer] = {}
+        reads_tokens = not self.hashes_characters and any(s.producer is not None for s in self._scorers.values())
+        estimates = _media_estimates(config) if reads_tokens else None
         for scorer in self._scorers.values():
             if scorer.producer is not None and scorer.producer not in self._producers:
                 spec = config.plugin(scorer.producer)
@@ -603,7 +620,8 @@ class EndpointPicker:
                     raise PickerConfigError(f"plugin {spec.name} ({spec.type}) produces the prefix match info a "
                                             f"scorer reads; only {PREFIX_PRODUCER} is modelled. Point "
                                             "prefixMatchInfoProducerName at one.")
-                self._producers[scorer.producer] = _PrefixProducer(spec, characters=self.hashes_characters)
+                self._producers[scorer.producer] = _PrefixProducer(spec, characters=self.hashes_characters,
+                                                                   estimates=estimates)
         # Plugins that take no part in this profile's picks (data layer, flow control, parsers,
         # producers nothing here reads), for reports that say what the model leaves out.
         self.ignored_plugins = tuple(
@@ -740,16 +758,42 @@ def _single_profile(config: EndpointPickerConfig) -> SchedulingProfile:
     return config.scheduling_profiles[0]
 
 
-def _check_token_producers(config: EndpointPickerConfig) -> None:
+def _refuse_real_tokenizers(config: EndpointPickerConfig) -> None:
     # The model hashes the estimate backend's pseudo-tokens; a real tokenizer gives other blocks.
     for spec in config.plugins:
         real_backend = spec.type == "tokenizer" or (
-            spec.type == TOKEN_PRODUCER and (spec.parameters["vllm"] is not None
-                                             or spec.parameters["udsTokenizerConfig"] is not None))
+            spec.type == TOKEN_PRODUCER and token_backend(spec.parameters) != "estimate")
         if real_backend:
             raise PickerConfigError(f"plugin {spec.name} ({spec.type}) tokenizes with the model's tokenizer; this "
                                     "model hashes the estimate backend's 4-byte pseudo-tokens only. Drop the "
                                     "tokenizer backend (or use `estimate: {}`) to predict.")
+
+
+def _media_estimates(config: EndpointPickerConfig) -> MediaEstimates | None:
+    """The media estimates of the token stream the prefix producer hashes; None when they are
+    upstream's defaults (what parsing a body already counted with).
+
+    The prefix producer reads the tokens of the producer named token-producer, which upstream
+    creates with default parameters when no plugin has that name (data_graph.go
+    CreateMissingDataProducers@v0.10.0). Every token producer runs before it, and the first to
+    run fills the request's tokens for all, in an order upstream leaves to Go's map iteration:
+    token producers that count media differently make the hashes unpredictable, so they are refused.
+    """
+    estimates = {spec.name: (spec, MediaEstimates.from_config(spec.parameters["estimate"],
+                                                              f"{spec.origin}.parameters.estimate"))
+                 for spec in config.plugins if spec.type == TOKEN_PRODUCER}
+    if not any(spec.name == TOKEN_PRODUCER for spec in config.plugins):
+        estimates[TOKEN_PRODUCER] = (None, DEFAULT_ESTIMATES)
+    distinct = {media: name for name, (_, media) in estimates.items()}
+    if len(distinct) > 1:
+        named = [f"{name} ({estimates[name][0].origin if estimates[name][0] else 'auto-created, default estimates'}: "
+                 f"{media.describe()})" for media, name in distinct.items()]
+        raise PickerConfigError(f"token producers {' and '.join(named)} count images and videos differently; "
+                                f"upstream runs every one and the prefix producer hashes the tokens of whichever runs "
+                                f"first, in an order it does not fix. Keep one token-producer and leave its name out "
+                                f"(it then is {TOKEN_PRODUCER}, the one the prefix producer reads)")
+    media = next(iter(distinct))
+    return None if media == DEFAULT_ESTIMATES else media
 
 
 class RoundRobinPicker:

@@ -10,6 +10,10 @@ interface/requesthandling/types.go and parsers/openai/openai.go@v0.10.0):
 - chat is json(tools), then each message's role and text, with each image, video or audio part
   as a run of placeholder tokens (the asset's hash, repeated as many times as its estimated
   token count); part types it does not know are skipped;
+- how many tokens an image or a video gets is the token-producer's `estimate` parameters'
+  business (`MediaEstimates`); a body is parsed with upstream's built-in estimates, and keeps
+  where each image and video run lies (`MediaRun`), so that a picker configured with other
+  estimates recounts them (`with_estimates`) without parsing the body again;
 - embeddings hash Go's JSON of the parsed input struct, or pass token IDs through;
 - `cache_salt` goes into every prompt's first block hash.
 
@@ -24,11 +28,12 @@ import binascii
 import json
 import struct
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 import xxhash
 
 from routing.picker.prefix import PSEUDO_TOKEN_BYTES, go_json, pseudo_token_bytes
+from settings.picker_config import PickerConfigError
 
 COMPLETIONS, CHAT, EMBEDDINGS = "completions", "chat", "embeddings"
 RESPONSES, MESSAGES, GENERATE, COUNT_TOKENS = "responses", "messages", "generate", "count_tokens"
@@ -41,11 +46,21 @@ API_PATHS = {"/v1/completions": COMPLETIONS, "/v1/completions/render": COMPLETIO
 # tokenizer.go@v0.10.0 anthropicBillingHeaderPrefix: system blocks that are billing metadata.
 ANTHROPIC_BILLING_PREFIX = "x-anthropic-billing-header"
 
-# mm_estimate.go@v0.10.0 defaults (no `estimate` parameters, no x-llm-d-video-* headers).
+# mm_estimate.go@v0.10.0 built-in defaults, for what the `estimate` parameters leave out (and,
+# for videos, what no x-llm-d-video-* header gives).
 DEFAULT_IMAGE_SIZE = (640, 360)
 IMAGE_TOKEN_FACTOR = 1024
-DEFAULT_VIDEO_FRAMES = 10 * 2  # 10 s sampled at 2 frames per second
+DEFAULT_VIDEO_SIZE = (640, 360)
+DEFAULT_VIDEO_SECONDS = 10.0
+DEFAULT_SAMPLE_FPS = 2.0
+DEFAULT_SOURCE_FPS = 24.0
 VIDEO_TOKEN_FACTOR = 1024
+DYNAMIC, STATIC, STRIDED = "dynamic", "static", "strided"
+IMAGE, VIDEO = "image", "video"
+_GO_INT_LIMIT = 2 ** 63
+# The longest placeholder run a configured estimate may give one image or video (64 MiB of
+# stream): upstream has no bound, but no model's context holds more.
+MAX_RUN_TOKENS = 2 ** 24
 
 SURROGATE_FIX = ("a JSON escape from the U+D800-U+DFFF range without its other half, which is not text; write the "
                  "character itself, or both halves of its surrogate pair")
@@ -61,6 +76,181 @@ class ServerPrompt:
     chat: str | None = None
 
 
+def _go_int(value: int) -> int:
+    """`value` wrapped to Go's 64-bit int, as Go's integer arithmetic wraps on overflow."""
+    return (value + _GO_INT_LIMIT) % (2 * _GO_INT_LIMIT) - _GO_INT_LIMIT
+
+
+def _go_quotient(dividend: int, divisor: int) -> int:
+    # Go's integer division truncates toward zero (divisor > 0 here).
+    quotient = abs(dividend) // divisor
+    return quotient if dividend >= 0 else -quotient
+
+
+def _pixel_tokens(width: int, height: int, factor: int) -> int:
+    # width x height / factor in Go's int arithmetic, at least 1 (countFromDims, tokensPerFrame).
+    tokens = _go_quotient(_go_int(width * height), factor)
+    return tokens if tokens > 0 else 1
+
+
+@dataclass(frozen=True)
+class ImageEstimate:
+    """mm_estimate.go@v0.10.0 imageEstimator with its fallbacks applied, so equal estimates count
+    alike: static mode gives every image `static_tokens` (staticToken, or 1 when it is not
+    positive); dynamic mode width x height / factor, at least 1, from the image's decoded header,
+    else `default_size`."""
+
+    mode: str = DYNAMIC
+    default_size: tuple[int, int] = DEFAULT_IMAGE_SIZE
+    factor: int = IMAGE_TOKEN_FACTOR
+    static_tokens: int = 0
+
+    @classmethod
+    def from_config(cls, image: Mapping[str, Any]) -> ImageEstimate:
+        """From a loaded `estimate.image` mapping (settings/picker_config.py), zero fields defaulted."""
+        if image.get("mode") == STATIC:
+            tokens = (image.get("static") or {}).get("staticToken", 0)
+            return cls(STATIC, static_tokens=tokens if tokens > 0 else 1)
+        resolution = image.get("defaultResolution") or {}
+        width, height = resolution.get("width", 0), resolution.get("height", 0)
+        factor = (image.get("dynamic") or {}).get("factor", 0)
+        size = (width if width > 0 else DEFAULT_IMAGE_SIZE[0], height if height > 0 else DEFAULT_IMAGE_SIZE[1])
+        return cls(DYNAMIC, size, factor if factor > 0 else IMAGE_TOKEN_FACTOR)
+
+    def count(self, size: tuple[int, int] | None) -> int:
+        """Placeholder tokens for an image of decoded `size` (None: not decodable)."""
+        if self.mode == STATIC:
+            return self.static_tokens
+        width, height = size or self.default_size
+        return _pixel_tokens(width, height, self.factor)
+
+
+def video_tokens(video: Mapping[str, Any], where: str) -> int:
+    """Placeholder tokens for every video under a loaded `estimate.video` mapping: mm_estimate.go@v0.10.0
+    videoEstimator.placeholderCount, min(frames x tokensPerFrame, maxVideoTokens), at least 1.
+
+    Upstream reads the video's duration, resolution and source frame rate from the request's
+    x-llm-d-video-duration-seconds, x-llm-d-video-resolution and x-llm-d-video-fps headers
+    first. A workload line and a body carry no headers, so this model takes each from the
+    config (defaultDuration, defaultResolution, frames.strided.defaultSourceFPS), then from the
+    built-in defaults (10 s, 640x360, 24 fps): what upstream does for a request without them.
+    Every video of a request then gets the same count. PickerConfigError (naming `where`) when
+    duration x frame rate is beyond Go's int, where upstream's conversion depends on the CPU.
+    """
+    frames_config, per_frame = video.get("frames") or {}, video.get("tokensPerFrame") or {}
+    duration = video.get("defaultDuration", 0.0)
+    duration = duration if duration > 0 else DEFAULT_VIDEO_SECONDS
+    if frames_config.get("mode") == STRIDED:
+        strided = frames_config.get("strided") or {}
+        fps = strided.get("defaultSourceFPS", 0.0)
+        fps = fps if fps > 0 else DEFAULT_SOURCE_FPS
+        stride = max(1, strided.get("frameStride", 0))
+        frames = _clamped(_go_quotient(_truncated(duration, fps, "strided.defaultSourceFPS", where), stride),
+                          frames_config)
+    else:
+        sampled = frames_config.get("sampled") or {}
+        fps = sampled.get("sampleFPS", 0.0)
+        fps = fps if fps > 0 else DEFAULT_SAMPLE_FPS
+        frames = _clamped(_truncated(duration, fps, "sampled.sampleFPS", where), frames_config)
+        patch = sampled.get("temporalPatchSize", 0)
+        if patch > 1:
+            frames = _go_quotient(frames, patch)
+    if per_frame.get("mode") == STATIC:
+        per_frame_tokens = (per_frame.get("static") or {}).get("numTokensPerFrame", 0)
+        per_frame_tokens = per_frame_tokens if per_frame_tokens > 0 else 1
+    else:
+        resolution = video.get("defaultResolution") or {}
+        width, height = resolution.get("width", 0), resolution.get("height", 0)
+        factor = (per_frame.get("dynamic") or {}).get("factor", 0)
+        per_frame_tokens = _pixel_tokens(width if width > 0 else DEFAULT_VIDEO_SIZE[0],
+                                         height if height > 0 else DEFAULT_VIDEO_SIZE[1],
+                                         factor if factor > 0 else VIDEO_TOKEN_FACTOR)
+    tokens = _go_int(frames * per_frame_tokens)
+    cap = video.get("maxVideoTokens", 0)
+    if 0 < cap < tokens:
+        tokens = cap
+    return tokens if tokens > 0 else 1
+
+
+def _truncated(duration: float, fps: float, rate: str, where: str) -> int:
+    # Go's int(float64): toward zero; out of int64's range the result is the CPU's, not Go's.
+    frames = duration * fps
+    if not frames < _GO_INT_LIMIT:
+        raise PickerConfigError(f"{where}: defaultDuration {duration:g} x frames.{rate} {fps:g} is {frames:g} frames, "
+                                "beyond Go's 64-bit int, where upstream's count depends on the CPU; give the "
+                                "video's real duration and frame rate")
+    return int(frames)
+
+
+def _clamped(frames: int, frames_config: Mapping[str, Any]) -> int:
+    low, high = frames_config.get("minFrames", 0), frames_config.get("maxFrames", 0)
+    if 0 < low and frames < low:
+        frames = low
+    if 0 < high < frames:
+        frames = high
+    return frames
+
+
+@dataclass(frozen=True)
+class MediaRun:
+    """One image or video part's run of placeholder tokens in a parsed chat or messages stream,
+    counted with upstream's default estimates, and what another estimate needs to recount it."""
+
+    offset: int  # where the run starts in the stream, in bytes (a whole number of tokens)
+    count: int  # its placeholder tokens under the default estimates
+    token: bytes  # the placeholder: the low 32 bits of xxh64(the asset), little-endian
+    kind: str  # IMAGE or VIDEO
+    size: tuple[int, int] | None = None  # an image's width and height from its header; None: not decodable
+
+
+@dataclass(frozen=True)
+class MediaEstimates:
+    """What a token-producer's `estimate` parameters make of image and video parts: the image
+    estimate, and the one count every video gets (see `video_tokens`). Equal instances count
+    every part alike; DEFAULT_ESTIMATES are upstream's built-in ones."""
+
+    image: ImageEstimate
+    videos: int
+
+    @classmethod
+    def from_config(cls, estimate: Mapping[str, Any] | None, where: str) -> MediaEstimates:
+        """From a loaded `estimate` mapping (None or {}: the defaults); `where` names it in errors,
+        which also refuse a count this model cannot hold (MAX_RUN_TOKENS)."""
+        estimate = estimate or {}
+        image = ImageEstimate.from_config(estimate.get("image") or {})
+        estimates = cls(image, video_tokens(estimate.get("video") or {}, f"{where}.video"))
+        for kind, tokens in ((IMAGE, image.count(None)), (VIDEO, estimates.videos)):
+            if tokens > MAX_RUN_TOKENS:
+                raise PickerConfigError(f"{where}.{kind}: {tokens:,} placeholder tokens per {kind}, more than any "
+                                        f"model's context and more than this model holds ({MAX_RUN_TOKENS:,}, 4 "
+                                        f"bytes each); give the {kind} estimate real sizes and counts")
+        return estimates
+
+    def count(self, run: MediaRun) -> int:
+        return self.videos if run.kind == VIDEO else self.image.count(run.size)
+
+    def describe(self) -> str:
+        image = self.image
+        images = (f"{image.static_tokens} tokens per image" if image.mode == STATIC else
+                  f"image width x height / {image.factor} tokens ({image.default_size[0]}x{image.default_size[1]} "
+                  "when undecodable)")
+        return f"{images}, {self.videos} tokens per video"
+
+
+DEFAULT_ESTIMATES = MediaEstimates.from_config(None, "estimate")
+
+
+def with_estimates(stream: bytes, runs: Sequence[MediaRun], estimates: MediaEstimates) -> bytes:
+    """`stream` (parsed with the default estimates) with each of its media `runs` recounted under
+    `estimates`: the bytes around the runs are unchanged, as every run starts token-aligned."""
+    parts, start = [], 0
+    for run in runs:
+        parts += (stream[start:run.offset], run.token * estimates.count(run))
+        start = run.offset + run.count * PSEUDO_TOKEN_BYTES
+    parts.append(stream[start:])
+    return b"".join(parts)
+
+
 @dataclass(frozen=True)
 class ParsedBody:
     model: str
@@ -72,6 +262,8 @@ class ParsedBody:
     # getUserInputBytes): the completion's plain text, or Go's JSON of the chat messages or the
     # embeddings input.
     character_input: bytes
+    # The image and video runs in picker_prompts[0] (chat and messages only).
+    media: tuple[MediaRun, ...] = ()
 
 
 def lone_surrogate(text: str) -> int | None:
@@ -121,8 +313,9 @@ def parse_body(body: Mapping[str, Any], api: str | None = None) -> ParsedBody:
         raise ValueError(f"`cache_salt` must be a string, got {salt!r}")
     check_unicode("`cache_salt`", salt)
     api = api or infer_api(body)
+    media: list[MediaRun] = []
     if api == CHAT:
-        text, picker_prompts, server_prompts = _chat(body)
+        text, picker_prompts, server_prompts = _chat(body, media)
         characters = _go_messages_json(body["messages"])
     elif api == COMPLETIONS:
         text, picker_prompts, server_prompts = _completions(body.get("prompt"))
@@ -134,12 +327,12 @@ def parse_body(body: Mapping[str, Any], api: str | None = None) -> ParsedBody:
         text, picker_prompts, server_prompts = _responses(body)
         characters = text
     elif api == MESSAGES:
-        text, picker_prompts, server_prompts = _anthropic_messages(body)
+        text, picker_prompts, server_prompts = _anthropic_messages(body, media)
         characters = text
     else:
         text, picker_prompts, server_prompts = _generate(body.get("token_ids"))
         characters = ""
-    return ParsedBody(model, salt, text, picker_prompts, server_prompts, characters.encode("utf-8"))
+    return ParsedBody(model, salt, text, picker_prompts, server_prompts, characters.encode("utf-8"), tuple(media))
 
 
 def _array(values: list, field: str) -> tuple[list[str], list[int]]:
@@ -218,11 +411,12 @@ def _generate(ids: Any) -> tuple[str, tuple[bytes, ...], tuple[ServerPrompt, ...
     return "", (_token_bytes(tokens),), (ServerPrompt(token_ids=tuple(tokens)),)
 
 
-def _anthropic_messages(body: Mapping[str, Any]) -> tuple[str, tuple[bytes, ...], tuple[ServerPrompt, ...]]:
+def _anthropic_messages(body: Mapping[str, Any], media: list[MediaRun]
+                        ) -> tuple[str, tuple[bytes, ...], tuple[ServerPrompt, ...]]:
     """estimate.go messagesBytes: json(tools), the system text, then each message's role and
     content: text, thinking, tool_use as id + name + input JSON, tool_result as its text, and
-    images as placeholder runs. Tool inputs are hashed in compact JSON (upstream hashes the
-    bytes as the client wrote them)."""
+    images as placeholder runs (recorded in `media`). Tool inputs are hashed in compact JSON
+    (upstream hashes the bytes as the client wrote them)."""
     messages = body.get("messages")
     if not isinstance(messages, list) or not messages:
         raise ValueError("`messages` must be a non-empty list; upstream refuses a messages request without messages")
@@ -251,7 +445,7 @@ def _anthropic_messages(body: Mapping[str, Any]) -> tuple[str, tuple[bytes, ...]
             if kind == "text":
                 stream += str(block.get("text") or "").encode("utf-8")
             elif kind == "image":
-                _append_anthropic_image(stream, block.get("source"))
+                _append_anthropic_image(stream, media, block.get("source"))
             elif kind == "thinking":
                 stream += str(block.get("thinking") or "").encode("utf-8")
             elif kind == "tool_use":
@@ -266,8 +460,9 @@ def _anthropic_messages(body: Mapping[str, Any]) -> tuple[str, tuple[bytes, ...]
                     stream += "\n".join(str(item.get("text") or "") for item in result
                                         if item.get("type") == "text").encode("utf-8")
                     for item in result:
-                        if item.get("type") == "image":
-                            _append_anthropic_image(stream, item.get("source"))
+                        url = _anthropic_image_url(item.get("source")) if item.get("type") == "image" else ""
+                        if url:
+                            _append_media(stream, media, IMAGE, url, _data_url_size(url))
     text = check_unicode("`messages`", bytes(stream).decode("utf-8", errors="replace"))
     return text, (_aligned(stream),), (ServerPrompt(text=text),)
 
@@ -290,17 +485,28 @@ def _anthropic_content(content: Any, where: str) -> str | list:
     raise ValueError(f"{where} must be a string or a list of content blocks")
 
 
-def _append_anthropic_image(stream: bytearray, source: Any) -> None:
+def _append_anthropic_image(stream: bytearray, media: list[MediaRun], source: Any) -> None:
     # placeholderForAnthropicImage: the URL, else the base64 data, sized from its header.
     if not isinstance(source, Mapping):
         return
     if source.get("url"):
         url = str(source["url"])
-        _append_placeholders(stream, url, _image_placeholders(url))
+        _append_media(stream, media, IMAGE, url, _data_url_size(url))
     elif source.get("data"):
         data = str(source["data"])
-        width, height = image_size(data) or DEFAULT_IMAGE_SIZE
-        _append_placeholders(stream, data, max(1, width * height // IMAGE_TOKEN_FACTOR))
+        _append_media(stream, media, IMAGE, data, image_size(data))
+
+
+def _anthropic_image_url(source: Any) -> str:
+    # tokenizer.go anthropicImageToURL: a tool_result's image is hashed as the URL vLLM is sent,
+    # its source's URL, or its data as a data URL (image/jpeg when no media_type); "" drops it.
+    if not isinstance(source, Mapping):
+        return ""
+    if source.get("type") == "url" or source.get("url"):
+        return str(source.get("url") or "")
+    if not source.get("data"):
+        return ""
+    return f"data:{source.get('media_type') or 'image/jpeg'};base64,{source['data']}"
 
 
 def _go_embeddings_input_json(value: Any) -> str:
@@ -342,7 +548,7 @@ def _present(fields: dict[str, str]) -> dict[str, str]:
     return {key: value for key, value in fields.items() if value}
 
 
-def _chat(body: Mapping[str, Any]) -> tuple[str, tuple[bytes, ...], tuple[ServerPrompt, ...]]:
+def _chat(body: Mapping[str, Any], media: list[MediaRun]) -> tuple[str, tuple[bytes, ...], tuple[ServerPrompt, ...]]:
     messages = body.get("messages")
     if not isinstance(messages, list) or not messages:
         raise ValueError("`messages` must be a non-empty list; upstream refuses a chat request without messages")
@@ -360,13 +566,13 @@ def _chat(body: Mapping[str, Any]) -> tuple[str, tuple[bytes, ...], tuple[Server
             raise ValueError(f"`messages[{index}].role` must be a string, got {role!r}")
         stream += role.encode("utf-8")
         texts.append(role)
-        _append_content(stream, texts, message.get("content"), index)
+        _append_content(stream, texts, media, message.get("content"), index)
     text = check_unicode("`messages`", "".join(texts))
     chat = json.dumps({"messages": messages, "tools": tools}, ensure_ascii=False, sort_keys=True)
     return text, (_aligned(stream),), (ServerPrompt(chat=chat),)
 
 
-def _append_content(stream: bytearray, texts: list[str], content: Any, index: int) -> None:
+def _append_content(stream: bytearray, texts: list[str], media: list[MediaRun], content: Any, index: int) -> None:
     if content is None:
         return
     if isinstance(content, str):
@@ -388,12 +594,9 @@ def _append_content(stream: bytearray, texts: list[str], content: Any, index: in
             texts.append(text)
         elif kind == "image_url":
             url = _field(part, "image_url", "url")
-            _append_placeholders(stream, url, _image_placeholders(url))
+            _append_media(stream, media, IMAGE, url, _data_url_size(url))
         elif kind == "video_url":
-            # Without x-llm-d-video-* headers: 20 frames of 640x360 at 1024 pixels per token.
-            url = _field(part, "video_url", "url")
-            frame_tokens = DEFAULT_IMAGE_SIZE[0] * DEFAULT_IMAGE_SIZE[1] // VIDEO_TOKEN_FACTOR
-            _append_placeholders(stream, url, DEFAULT_VIDEO_FRAMES * frame_tokens)
+            _append_media(stream, media, VIDEO, _field(part, "video_url", "url"))
         elif kind in ("input_audio", "audio_url"):
             # appendChatMessage reads input_audio for both part types.
             data = _field(part, "input_audio", "data") + _field(part, "input_audio", "format")
@@ -412,22 +615,30 @@ def _aligned(stream: bytearray) -> bytes:
     return bytes(stream + bytes(-len(stream) % PSEUDO_TOKEN_BYTES))
 
 
-def _append_placeholders(stream: bytearray, content: str, count: int) -> None:
+def _append_placeholders(stream: bytearray, content: str, count: int) -> tuple[int, bytes]:
     # appendMMAsset: align to a token, then `count` copies of the low 32 bits of xxh64(content).
-    stream[:] = _aligned(stream)
+    # Returns where the run starts and its token.
+    stream += bytes(-len(stream) % PSEUDO_TOKEN_BYTES)
+    offset = len(stream)
     token = struct.pack("<I", xxhash.xxh64_intdigest(content.encode("utf-8")) & 0xFFFFFFFF)
     stream += token * count
+    return offset, token
 
 
-def _image_placeholders(url: str) -> int:
-    # mm_estimate.go placeholderCount: width·height / 1024 from a base64 data URL's image header
-    # (PNG, GIF, JPEG as Go's image package decodes them), else 640x360.
-    width, height = DEFAULT_IMAGE_SIZE
+def _append_media(stream: bytearray, media: list[MediaRun], kind: str, content: str,
+                  size: tuple[int, int] | None = None) -> None:
+    # An image or video run, counted with the default estimates and recorded for recounting.
+    count = DEFAULT_ESTIMATES.videos if kind == VIDEO else DEFAULT_ESTIMATES.image.count(size)
+    offset, token = _append_placeholders(stream, content, count)
+    media.append(MediaRun(offset, count, token, kind, size))
+
+
+def _data_url_size(url: str) -> tuple[int, int] | None:
+    # mm_estimate.go imageDimensionsFromBase64: the header of a base64 data URL's image (PNG,
+    # GIF, JPEG as Go's image package decodes them); None for any other URL.
     if url.startswith("data:image/") and "base64," in url:
-        size = image_size(url[url.index("base64,") + len("base64,"):])
-        if size:
-            width, height = size
-    return max(1, width * height // IMAGE_TOKEN_FACTOR)
+        return image_size(url[url.index("base64,") + len("base64,"):])
+    return None
 
 
 def image_size(payload: str) -> tuple[int, int] | None:

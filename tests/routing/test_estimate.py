@@ -9,7 +9,8 @@ import xxhash
 from routing.picker.endpoint_picker import EndpointPicker, PickerConfigError, PodMetrics, Request
 from routing.picker.estimate import (COMPLETIONS, COUNT_TOKENS, EMBEDDINGS, GENERATE, MESSAGES, RESPONSES, ServerPrompt,
                                      image_size, parse_body)
-from routing.picker.prefix import character_block_hashes, picker_block_hashes, pseudo_token_bytes
+from routing.picker.prefix import EstimateTokenizer, character_block_hashes, picker_block_hashes, pseudo_token_bytes
+from routing.simulation.fleet import prepare
 from settings.picker_config import load_endpoint_picker_config
 
 MODEL = "m"
@@ -237,3 +238,148 @@ def test_anthropic_count_tokens_is_picked_with_nothing_to_hash():
     picker = prefix_picker()
     request = Request.from_openai_body(body(messages=[{"role": "user", "content": "x" * 600}]), api=COUNT_TOKENS)
     assert request.token_streams == () and picker.pick(request, pods("x", "y")).total_blocks == 0
+
+
+# -- the token producer's media estimates ----------------------------------------------------------
+
+PNG_64X32 = _png(64, 32)
+IMAGE_URL = "https://example.com/a.png"
+VIDEO_URL = "https://example.com/clip.mp4"
+
+
+def estimating_picker(estimate, **producer) -> EndpointPicker:
+    return EndpointPicker(load_endpoint_picker_config({
+        "apiVersion": "llm-d.ai/v1alpha1", "kind": "EndpointPickerConfig",
+        "plugins": [{"type": "token-producer", "parameters": {"estimate": estimate}},
+                    {"type": "approx-prefix-cache-producer", "parameters": {"autoTune": False, **producer}},
+                    {"type": "prefix-cache-scorer"}]}), seed=0)
+
+
+def media_chat(*parts, text="") -> Request:
+    content = ([{"type": "text", "text": text}] if text else []) + [
+        {"type": f"{kind}_url", f"{kind}_url": {"url": url}} for kind, url in parts]
+    return Request.from_openai_body(body(messages=[{"role": "user", "content": content}]))
+
+
+def placeholders(url: str, count: int) -> bytes:
+    return struct.pack("<I", xxhash.xxh64_intdigest(url.encode()) & 0xFFFFFFFF) * count
+
+
+def hashes_of(stream: bytes) -> list[list[int]]:
+    return [picker_block_hashes(MODEL, stream, 64, 2048)]
+
+
+# estimate_test.go@v0.10.0 (llm-d-router, pkg/epp/framework/plugins/requestcontrol/dataproducer/tokenizer):
+# the test, its estimateConfig in the JSON names the loader reads, the part and the placeholder count it
+# asserts. Its PNG is 64x32 (here one of the same size). Left out: the tests whose counts come from
+# x-llm-d-video-* headers (HeaderMetadataOverridesDefaults, HeaderFPSStridedMode, SampledIgnoresHeaderFPS,
+# HeaderRespectsMaxVideoTokens, and TemporalMergeAndMinFrames' 1 s case), which a workload line cannot carry;
+# TemporalMergeAndMinFrames' 10 s header is the default duration, so that case stands.
+UPSTREAM_ESTIMATES = [
+    ("TestEstimateBackend_ChatImageWeightingDistinct", {}, ("image", IMAGE_URL), 640 * 360 // 1024),
+    ("TestEstimateBackend_ChatImageWeightingDistinct", {}, ("image", PNG_64X32), 2),
+    ("TestImageEstimator_StaticMode", {"image": {"mode": "static", "static": {"staticToken": 7}}},
+     ("image", PNG_64X32), 7),
+    ("TestImageEstimator_CustomFactor", {"image": {"dynamic": {"factor": 2048}}}, ("image", IMAGE_URL),
+     640 * 360 // 2048),
+    ("TestImageEstimator_CustomDefaultResolution", {"image": {"defaultResolution": {"width": 1024, "height": 1024}}},
+     ("image", IMAGE_URL), 1024 * 1024 // 1024),
+    ("TestVideoEstimator_Default", {}, ("video", VIDEO_URL), 10 * 2 * (640 * 360 // 1024)),
+    ("TestVideoEstimator_NoHeadersUseDefaults", {}, ("video", VIDEO_URL), 10 * 2 * (640 * 360 // 1024)),
+    ("TestVideoEstimator_StaticTokensPerFrame",
+     {"video": {"tokensPerFrame": {"mode": "static", "static": {"numTokensPerFrame": 100}}}}, ("video", VIDEO_URL),
+     10 * 2 * 100),
+    ("TestVideoEstimator_DynamicFactor",
+     {"video": {"tokensPerFrame": {"mode": "dynamic", "dynamic": {"factor": 2048}}}}, ("video", VIDEO_URL),
+     10 * 2 * (640 * 360 // 2048)),
+    ("TestVideoEstimator_SampledFrames", {"video": {
+        "defaultDuration": 8, "frames": {"mode": "sampled", "sampled": {"sampleFPS": 2}},
+        "tokensPerFrame": {"mode": "static", "static": {"numTokensPerFrame": 10}}}}, ("video", VIDEO_URL), 8 * 2 * 10),
+    ("TestVideoEstimator_StridedFramesCapped", {"video": {
+        "defaultDuration": 10, "frames": {"mode": "strided", "maxFrames": 16,
+                                          "strided": {"defaultSourceFPS": 24, "frameStride": 4}},
+        "tokensPerFrame": {"mode": "static", "static": {"numTokensPerFrame": 100}}}}, ("video", VIDEO_URL), 16 * 100),
+    ("TestVideoEstimator_StridedFramesFloored", {"video": {
+        "defaultDuration": 1, "frames": {"mode": "strided", "minFrames": 8,
+                                         "strided": {"defaultSourceFPS": 24, "frameStride": 4}},
+        "tokensPerFrame": {"mode": "static", "static": {"numTokensPerFrame": 100}}}}, ("video", VIDEO_URL), 8 * 100),
+    ("TestVideoEstimator_MaxVideoTokens", {"video": {"maxVideoTokens": 500}}, ("video", VIDEO_URL), 500),
+    ("TestVideoEstimator_Qwen3AndGemma4 (qwen3)", {"video": {
+        "defaultResolution": {"width": 640, "height": 480}, "defaultDuration": 10,
+        "tokensPerFrame": {"mode": "dynamic", "dynamic": {"factor": 1024}},
+        "frames": {"mode": "sampled", "sampled": {"sampleFPS": 2}}, "maxVideoTokens": 100000}}, ("video", VIDEO_URL),
+     20 * (640 * 480 // 1024)),
+    ("TestVideoEstimator_Qwen3AndGemma4 (gemma4)", {"video": {
+        "defaultDuration": 10, "tokensPerFrame": {"mode": "static", "static": {"numTokensPerFrame": 256}},
+        "frames": {"mode": "strided", "maxFrames": 16, "strided": {"defaultSourceFPS": 24, "frameStride": 4}}}},
+     ("video", VIDEO_URL), 16 * 256),
+    ("TestVideoEstimator_TemporalMergeAndMinFrames (10 s)", {"video": {
+        "frames": {"mode": "sampled", "minFrames": 4, "sampled": {"sampleFPS": 2, "temporalPatchSize": 2}},
+        "tokensPerFrame": {"mode": "static", "static": {"numTokensPerFrame": 1}}}}, ("video", VIDEO_URL), 10),
+]
+
+
+@pytest.mark.parametrize("test, estimate, part, count", UPSTREAM_ESTIMATES, ids=[row[0] for row in UPSTREAM_ESTIMATES])
+def test_upstreams_estimator_vectors_give_the_picker_the_same_placeholder_counts(test, estimate, part, count):
+    picker = estimating_picker(estimate)
+    hashed = picker.hash_plan(None).hashes(media_chat(part))
+    assert hashed == hashes_of(b"user" + placeholders(part[1], count))
+
+
+def test_a_token_producers_estimates_change_the_prefix_hashes_of_images_and_videos_but_not_of_text():
+    # An image at 64 tokens and a video of 4 s at 30 fps keeping every 5th frame, 320x240 frames at 1024
+    # pixels a token: int(4 x 30) / 5 = 24 frames of 75 tokens.
+    estimate = {"image": {"mode": "static", "static": {"staticToken": 64}},
+                "video": {"defaultDuration": 4, "defaultResolution": {"width": 320, "height": 240},
+                          "frames": {"mode": "strided", "strided": {"defaultSourceFPS": 30, "frameStride": 5}}}}
+    picker, default = estimating_picker(estimate), estimating_picker({})
+    request = media_chat(("image", IMAGE_URL), ("video", VIDEO_URL), text="look")
+    configured = b"userlook" + placeholders(IMAGE_URL, 64) + placeholders(VIDEO_URL, 24 * 75)
+    upstream_defaults = b"userlook" + placeholders(IMAGE_URL, 225) + placeholders(VIDEO_URL, 20 * 225)
+    assert picker.hash_plan(None).hashes(request) == hashes_of(configured)
+    assert default.hash_plan(None).hashes(request) == hashes_of(upstream_defaults)
+    # 2 + 64 + 1800 tokens in 64-token blocks, against 2 + 225 + 4500 with the defaults.
+    assert picker.pick(request, pods("x")).total_blocks == 30
+    assert default.pick(request, pods("x")).total_blocks == 74
+    # The simulation hashes a workload once, by the picker's plan: the same blocks.
+    assert prepare([request], [1], EstimateTokenizer(), 16, picker.hash_plan(16)).picker_hashes == (
+        hashes_of(configured),)
+    text_only = Request.from_openai_body(body(messages=[{"role": "user", "content": "look" * 100}]))
+    assert picker.hash_plan(None).hashes(text_only) == default.hash_plan(None).hashes(text_only)
+
+
+def test_images_in_anthropic_messages_and_tool_results_are_recounted_too():
+    estimate = {"image": {"mode": "static", "static": {"staticToken": 3}}}
+    data = PNG_64X32[len("data:image/png;base64,"):]
+    request = Request.from_openai_body(body(messages=[{"role": "user", "content": [
+        {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": data}},
+        {"type": "tool_result", "tool_use_id": "t", "content": [
+            {"type": "text", "text": "seen"}, {"type": "image", "source": {"type": "base64", "data": data}}]}]}]),
+        api=MESSAGES)
+    # A tool result's image is hashed as the data URL vLLM is sent (image/jpeg when no media_type).
+    tool_url = "data:image/jpeg;base64," + data
+    assert request.token_streams == (b"user" + placeholders(data, 2) + b"seen" + placeholders(tool_url, 2),)
+    assert estimating_picker(estimate).hash_plan(None).hashes(request) == hashes_of(
+        b"user" + placeholders(data, 3) + b"seen" + placeholders(tool_url, 3))
+
+
+@pytest.mark.parametrize("estimate, message", [
+    ({"video": {"defaultDuration": 1e290, "frames": {"sampled": {"sampleFPS": 1e10}}}},
+     "plugins[0].parameters.estimate.video: defaultDuration 1e+290 x frames.sampled.sampleFPS 1e+10 is 1e+300 frames, "
+     "beyond Go's 64-bit int, where upstream's count depends on the CPU"),
+    ({"image": {"mode": "static", "static": {"staticToken": 6_400_000_000}}},
+     "plugins[0].parameters.estimate.image: 6,400,000,000 placeholder tokens per image, more than any model's context"),
+    ({"video": {"defaultDuration": 36_000, "frames": {"sampled": {"sampleFPS": 30}}}},
+     "plugins[0].parameters.estimate.video: 243,000,000 placeholder tokens per video"),
+])
+def test_estimates_this_model_cannot_count_are_refused_with_their_place(estimate, message):
+    with pytest.raises(PickerConfigError) as error:
+        estimating_picker(estimate)
+    assert str(error.value).startswith(message)
+
+
+def test_counts_overflow_as_gos_int_arithmetic_does():
+    # 2^32 x 2^32 pixels wraps Go's int to 0: the image gets the minimum of 1 token, as upstream gives it.
+    picker = estimating_picker({"image": {"defaultResolution": {"width": 2 ** 32, "height": 2 ** 32}}})
+    assert picker.hash_plan(None).hashes(media_chat(("image", IMAGE_URL))) == hashes_of(
+        b"user" + placeholders(IMAGE_URL, 1))

@@ -244,6 +244,104 @@ def test_what_upstreams_loader_refuses_is_refused_with_where_and_the_fix(documen
     assert expected in refused(document)
 
 
+# -- the token producer's parameters ------------------------------------------------------------------
+
+def token_producer(parameters) -> dict:
+    return config(plugins=[{"type": "prefix-cache-scorer"}, {"type": "token-producer", "parameters": parameters}])
+
+
+# tokenizer_test.go@v0.10.0 TestPluginFactory_Validation (llm-d-router, dataproducer/tokenizer): its
+# parameters, and what the factory's error says (None: accepted).
+UPSTREAM_FACTORY_CASES = [
+    ({}, None),
+    (None, None),
+    ({"vllm": {}}, "'modelName' must be specified"),
+    ({"estimate": {"image": {"mode": "static", "static": {"staticToken": 8}}}}, None),
+    ({"estimate": {"image": {"mode": "bogus"}}}, "estimate.image.mode must be"),
+]
+
+
+@pytest.mark.parametrize("parameters, upstream_error", UPSTREAM_FACTORY_CASES)
+def test_token_producer_parameters_are_accepted_and_refused_as_upstreams_factory_does(parameters, upstream_error):
+    if upstream_error is None:
+        assert load_endpoint_picker_config(token_producer(parameters)).plugin("token-producer")
+    else:
+        # The refusal says the same thing in the loader's words: the place, the value, the fix.
+        expected = {"'modelName' must be specified": "plugins[1].parameters.modelName: missing; the vllm backend",
+                    "estimate.image.mode must be": "plugins[1].parameters.estimate.image.mode: 'bogus' is not a mode "
+                                                   "upstream accepts; use dynamic or static"}[upstream_error]
+        assert expected in refused(token_producer(parameters))
+
+
+@pytest.mark.parametrize("estimate, expected", [
+    ({"video": {"tokensPerFrame": {"mode": "fixed"}}},
+     "plugins[1].parameters.estimate.video.tokensPerFrame.mode: 'fixed' is not a mode upstream accepts; use dynamic "
+     "or static (dynamic: width x height / factor per frame; static: a constant per frame), e.g. mode: static"),
+    ({"video": {"frames": {"mode": "uniform"}}},
+     "plugins[1].parameters.estimate.video.frames.mode: 'uniform' is not a mode upstream accepts; use sampled or "
+     "strided"),
+    ({"image": {"mode": "Static"}}, "plugins[1].parameters.estimate.image.mode: 'Static' is not a mode"),
+    ({"image": {"mode": 1}}, "plugins[1].parameters.estimate.image.mode: 1 is not a string"),
+    ({"image": {"static": {"staticToken": 1.5}}},
+     "plugins[1].parameters.estimate.image.static.staticToken: 1.5 is not a whole number (placeholder tokens per "
+     "image); e.g. staticToken: 64"),
+    ({"image": {"dynamic": {"factor": "1024"}}}, "plugins[1].parameters.estimate.image.dynamic.factor: '1024' is not "
+                                                 "a whole number"),
+    ({"image": {"defaultResolution": {"width": True}}},
+     "plugins[1].parameters.estimate.image.defaultResolution.width: True is not a whole number (pixels)"),
+    ({"image": {"defaultResolution": {"width": 640, "depth": 3}}},
+     "plugins[1].parameters.estimate.image.defaultResolution.depth: not a field here (upstream decodes parameters "
+     "strictly); the fields are width, height"),
+    ({"image": [640, 360]}, "plugins[1].parameters.estimate.image: [640, 360] is not a mapping"),
+    ({"audio": {}}, "plugins[1].parameters.estimate.audio: not a field here (upstream decodes parameters strictly); "
+                    "the fields are image, video"),
+    ({"video": {"defaultDuration": "10s"}}, "plugins[1].parameters.estimate.video.defaultDuration: '10s' is not a "
+                                            "number (seconds of video); e.g. defaultDuration: 10"),
+    ({"video": {"maxVideoTokens": 2 ** 63}}, "plugins[1].parameters.estimate.video.maxVideoTokens: "
+                                             "9223372036854775808 is not a whole number"),
+    ({"video": {"tokensPerFrame": {"static": {"numTokensPerFrame": 2.5}}}},
+     "plugins[1].parameters.estimate.video.tokensPerFrame.static.numTokensPerFrame: 2.5 is not a whole number"),
+    ({"video": {"frames": {"minFrames": 0.5}}}, "plugins[1].parameters.estimate.video.frames.minFrames: 0.5 is not"),
+    ({"video": {"frames": {"maxFrames": "16"}}}, "plugins[1].parameters.estimate.video.frames.maxFrames: '16' is not"),
+    ({"video": {"frames": {"sampled": {"sampleFPS": "2"}}}},
+     "plugins[1].parameters.estimate.video.frames.sampled.sampleFPS: '2' is not a number"),
+    ({"video": {"frames": {"sampled": {"temporalPatchSize": 2.5}}}},
+     "plugins[1].parameters.estimate.video.frames.sampled.temporalPatchSize: 2.5 is not a whole number"),
+    ({"video": {"frames": {"strided": {"defaultSourceFPS": float("inf")}}}},
+     "plugins[1].parameters.estimate.video.frames.strided.defaultSourceFPS: inf is not a number"),
+    ({"video": {"frames": {"strided": {"frameStride": 1.5}}}},
+     "plugins[1].parameters.estimate.video.frames.strided.frameStride: 1.5 is not a whole number"),
+    ({"video": {"frames": {"stride": 4}}}, "plugins[1].parameters.estimate.video.frames.stride: not a field here"),
+    ("static", "plugins[1].parameters.estimate: 'static' is not a mapping"),
+])
+def test_each_bad_estimate_value_is_refused_at_its_place(estimate, expected):
+    assert expected in refused(token_producer({"estimate": estimate}))
+
+
+def test_estimates_decode_as_gos_json_does():
+    # Field names match case-insensitively, null leaves a field unset, 16.0 is the int 16.
+    loaded = load_endpoint_picker_config(token_producer({"estimate": {
+        "Image": {"MODE": "static", "static": {"staticToken": 16.0}, "dynamic": None}, "video": None}}))
+    assert loaded.plugin("token-producer").parameters["estimate"] == {"image": {"mode": "static",
+                                                                                "static": {"staticToken": 16}}}
+
+
+@pytest.mark.parametrize("parameters, expected", [
+    ({"estimate": {}, "modelName": MODEL}, "plugins[1].parameters: estimate and modelName select different token "
+                                           "backends (modelName alone selects vllm); upstream's factory takes only "
+                                           "one of 'estimate', 'vllm' or 'udsTokenizerConfig'"),
+    ({"estimate": {}, "vllm": {"url": "http://x"}, "modelName": MODEL}, "plugins[1].parameters: estimate and vllm "
+                                                                        "and modelName select different"),
+    ({"udsTokenizerConfig": {"socketFile": "/tmp/t.sock"}}, "plugins[1].parameters.modelName: missing; the "
+                                                            "udsTokenizerConfig backend"),
+    # Upstream's modelName also selects vllm, so a uds backend never loads in v0.10.0.
+    ({"udsTokenizerConfig": {"socketFile": "/tmp/t.sock"}, "modelName": MODEL},
+     "plugins[1].parameters: modelName and udsTokenizerConfig select different token backends"),
+])
+def test_only_one_token_backend_is_accepted(parameters, expected):
+    assert expected in refused(token_producer(parameters))
+
+
 def test_prefix_tuning_on_the_scorer_is_refused_with_where_it_moved():
     message = refused(textwrap.dedent("""\
         apiVersion: llm-d.ai/v1alpha1
@@ -360,7 +458,8 @@ def test_the_weights_path_and_the_config_path_pick_alike():
     (config(plugins=[{"type": "decode-filter"}]), "decode-filter (decode-filter): filters are not modelled"),
     (config(plugins=[{"type": "disagg-profile-handler"}]),
      "plugin disagg-profile-handler (disagg-profile-handler): only single-profile-handler is modelled"),
-    (config(plugins=[{"type": "token-producer", "parameters": {"vllm": {"url": "http://x"}}, "name": "tok"}]),
+    (config(plugins=[{"type": "token-producer", "parameters": {"vllm": {"url": "http://x"}, "modelName": MODEL},
+                      "name": "tok"}]),
      "plugin tok (token-producer) tokenizes with the model's tokenizer"),
     (config(plugins=[{"type": "precise-prefix-cache-producer", "name": "precise"},
                      {"type": "prefix-cache-scorer", "parameters": {"prefixMatchInfoProducerName": "precise"}}]),
@@ -372,6 +471,35 @@ def test_plugins_the_model_does_not_reproduce_are_refused_when_they_would_take_p
     with pytest.raises(PickerConfigError) as error:
         EndpointPicker(loaded)
     assert expected in str(error.value)
+
+
+def test_token_producers_that_would_count_media_differently_are_refused_by_name():
+    static = {"estimate": {"image": {"mode": "static", "static": {"staticToken": 64}}}}
+    two = config(plugins=[{"type": "prefix-cache-scorer"}, {"type": "token-producer", "parameters": static},
+                          {"type": "token-producer", "name": "second", "parameters": {"estimate": {}}}])
+    with pytest.raises(PickerConfigError) as error:
+        EndpointPicker(load_endpoint_picker_config(two))
+    assert str(error.value).startswith(
+        "token producers token-producer (plugins[1]: 64 tokens per image, 4500 tokens per video) and second "
+        "(plugins[2]: image width x height / 1024 tokens (640x360 when undecodable), 4500 tokens per video) count "
+        "images and videos differently; upstream runs every one and the prefix producer hashes the tokens of "
+        "whichever runs first")
+    # Named otherwise, a token producer leaves upstream to create the default one the prefix producer reads.
+    renamed = config(plugins=[{"type": "prefix-cache-scorer"},
+                              {"type": "token-producer", "name": "mine", "parameters": static}])
+    with pytest.raises(PickerConfigError, match=r"token producers mine \(plugins\[1\]: 64 tokens per image, 4500 "
+                                                r"tokens per video\) and token-producer \(auto-created, default "
+                                                r"estimates: image width x height / 1024"):
+        EndpointPicker(load_endpoint_picker_config(renamed))
+    # They count alike, or nothing hashes their tokens: nothing to refuse.
+    alike = config(plugins=[{"type": "prefix-cache-scorer"}, {"type": "token-producer", "name": "mine", "parameters": {
+        "estimate": {"image": {"mode": "dynamic", "dynamic": {"factor": 1024}}}, "udsTokenizerConfig": {}}}])
+    default_plan = EndpointPicker({"prefix": 1}).hash_plan(16)
+    assert EndpointPicker(load_endpoint_picker_config(alike)).hash_plan(16) == default_plan
+    no_prefix_scorer = config(plugins=[{"type": "queue-scorer"},
+                                       {"type": "token-producer", "name": "mine", "parameters": static}])
+    for unread, version in ((no_prefix_scorer, "v0.10"), (renamed, "v0.8")):  # v0.8 hashes characters, not tokens
+        EndpointPicker(load_endpoint_picker_config(unread), picker_version=version)
 
 
 def test_plugins_outside_the_pick_are_left_out_and_listed():
