@@ -12,16 +12,9 @@ if [[ "${1:-}" == "--unit" ]]; then
   shift
 fi
 
-python=${PYTHON:-python3}
-if [[ ! -x .venv/bin/python ]]; then
-  echo "== creating .venv"
-  "$python" -m venv .venv
-fi
-echo "== installing the program's, the routing toolkit's and the test tools' requirements"
-# This machine's pip config names package folders that may be absent; its warnings are noise.
-.venv/bin/pip install --quiet --disable-pip-version-check \
-  -r requirements.txt -r requirements-routing.txt -r requirements-dev.txt 2>&1 \
-  | { grep -v "^WARNING: Location" || true; }
+# The venvs are set up as ./demo.sh sets them up: one definition for both.
+source .ci/venvs.sh
+setup_program_venv
 
 # The Gateway API object schemas the program's tests validate rendered Gateways and HTTPRoutes with.
 echo "== installing the Gateway API schemas (npm)"
@@ -31,9 +24,7 @@ if $unit_only; then
   exec .venv/bin/python -m pytest -m "not e2e" "$@"
 fi
 
-# vLLM lives in its own venv: it pins torch and friends that the Pulumi SDKs need not share.
-echo "== installing vLLM (CPU build) into .venv-vllm"
-bash .ci/setup-vllm.sh .venv-vllm
+setup_vllm_venv
 export VLLM_PYTHON="$PWD/.venv-vllm/bin/python"
 # vLLM is installed now, so the end-to-end tests must run: a skip would be a failure.
 export ROUTING_E2E_REQUIRED=1

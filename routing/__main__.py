@@ -9,11 +9,11 @@ from __future__ import annotations
 import argparse
 import sys
 
-from routing.lab import demo
+from routing.lab import demo, servers
 from routing.live import calibrate, serve, verify
 from routing.simulation import predict
 
-COMMANDS = (predict, verify, serve, calibrate, demo)
+COMMANDS = (predict, verify, serve, calibrate, demo, servers)
 
 
 def build_parser() -> argparse.ArgumentParser:

