@@ -7,14 +7,18 @@ counts §4, the dependencies chart §2.3).
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 from pathlib import Path
 from typing import Any
 
-from .errors import NOT_SET, Problem, SettingsError
+from .errors import NO_VALUE, NOT_SET, Problem, SettingsError
 from .model import (
     DEFAULT_PICKER_REPLICAS,
+    GPU_NODE_LABELS,
+    GPU_TAINT_KEY,
+    SYSTEM_NODE_LABELS,
     ClusterSettings,
     HyperPodSettings,
     InstanceGroupSettings,
@@ -26,23 +30,21 @@ from .model import (
     frozen_mapping,
 )
 from .reader import MISSING, Coerce, ConfigNode, Problems, decode_json
+from .sagemaker_limits import StringShape, create_cluster_limits
 
 HYPERPOD_KEYS = ("name", "existing", "arn", "instanceGroups", "nodeRecovery", "dependenciesChart")
 INSTANCE_GROUP_KEYS = ("name", "instanceType", "count", "threadsPerCore", "extraStorageGiB", "deepHealthChecks",
                        "labels", "taints")
 TAINT_KEYS = ("key", "value", "effect")
-NODE_RECOVERY = ("Automatic", "None")
+# What CreateCluster takes in the fields the stack sends comes from its service model
+# (settings/sagemaker_limits.py); these two limits are narrower, and stated elsewhere.
+# pulumi-aws-native 1.84.0's ClusterDeepHealthCheckType, which the component converts each
+# check to, has two of the three checks CreateCluster lists.
 DEEP_HEALTH_CHECKS = ("InstanceStress", "InstanceConnectivity")
-TAINT_EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
-# AWS::SageMaker::Cluster limits: names, groups per cluster, labels and taints per group.
-CLUSTER_NAME = re.compile(r"^[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}$")
-GROUP_NAME = re.compile(r"^[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}$")
-CLUSTER_ARN = re.compile(r"^arn:aws[a-z-]*:sagemaker:[a-z0-9-]+:[0-9]{12}:cluster/[a-z0-9]{12}$")
-ML_INSTANCE_TYPE = re.compile(r"^ml\.[a-z0-9-]+\.[0-9]*x?large$|^ml\.[a-z0-9-]+\.(medium|large|xlarge|metal)$")
+# AWS's manual-steps README documents 20 instance groups per cluster; CreateCluster's model says 100.
 MAX_INSTANCE_GROUPS = 20
-MAX_LABELS = 50
-MAX_TAINTS = 50
-MAX_EXTRA_STORAGE_GIB = 16384
+# An existing cluster's ARN is not sent to CreateCluster; this is the form SageMaker gives it.
+CLUSTER_ARN = re.compile(r"^arn:aws[a-z-]*:sagemaker:[a-z0-9-]+:[0-9]{12}:cluster/[a-z0-9]{12}$")
 
 # NVIDIA GPUs per HyperPod GPU instance type (EC2 specs; reference §4). A type of a GPU family
 # (ml.g*, ml.p*) that is missing here is refused rather than guessed.
@@ -101,12 +103,13 @@ class HyperPodParser:
         if existing:
             return self.existing(node, name)
         groups = self.instance_groups(node.raw("instanceGroups"))
-        recovery = node.leaf("nodeRecovery", c.choice(NODE_RECOVERY), default_of(HyperPodSettings, "node_recovery"))
+        recovery = node.leaf("nodeRecovery", c.choice(create_cluster_limits().node_recovery),
+                             default_of(HyperPodSettings, "node_recovery"))
         chart = node.leaf("dependenciesChart", c.string(), default_of(HyperPodSettings, "dependencies_chart"))
         if isinstance(name, str):
             hyperpod_name = name
         else:
-            hyperpod_name = f"{cluster.name}-hyperpod"[:63].rstrip("-")
+            hyperpod_name = f"{cluster.name}-hyperpod"[:create_cluster_limits().cluster_name.max].rstrip("-")
             if "name" not in node.names() and (message := _cluster_name_message(hyperpod_name)):
                 self.problems.add("hyperpod.name", NOT_SET, f"defaults to {hyperpod_name!r}, which {message} "
                                                              "Set it with `pulumi config set hyperpod.name <name>`.")
@@ -158,17 +161,20 @@ class HyperPodParser:
         node = ConfigNode(key, entry, {}, self.problems)
         node.reject_unknown(INSTANCE_GROUP_KEYS)
         c = self.coerce
+        limits = create_cluster_limits()
         before = len(self.problems.items)
         name = node.leaf("name", c.string(_group_name_message), MISSING)
         instance_type = node.leaf("instanceType", c.string(_ml_instance_type_message), MISSING)
-        count = node.leaf("count", c.integer(minimum=0, maximum=1000, hint=" 0 keeps the group without instances."),
-                          MISSING)
+        count = node.leaf("count", c.integer(minimum=limits.instance_count.min, maximum=limits.instance_count.max,
+                                             hint=" 0 keeps the group without instances."), MISSING)
         for required, example in (("name", "gpu"), ("instanceType", "ml.g5.12xlarge"), ("count", "1")):
             if required not in entry:
                 self.problems.add(f"{key}.{required}", NOT_SET, f"is required, e.g. {example}.")
-        threads = node.leaf("threadsPerCore", c.integer(minimum=1, maximum=2,
+        threads = node.leaf("threadsPerCore", c.integer(minimum=limits.threads_per_core.min,
+                                                        maximum=limits.threads_per_core.max,
                                                         hint=" 1 turns simultaneous multithreading off, 2 on."), 1)
-        storage = node.leaf("extraStorageGiB", c.integer(minimum=1, maximum=MAX_EXTRA_STORAGE_GIB,
+        storage = node.leaf("extraStorageGiB", c.integer(minimum=limits.ebs_volume_gib.min,
+                                                         maximum=limits.ebs_volume_gib.max,
                                                          hint=" An EBS volume mounted at /opt/sagemaker."), None)
         checks = node.leaf("deepHealthChecks", c.string_list(c.choice(DEEP_HEALTH_CHECKS), unique=True), ())
         labels = self.labels(node.child_key("labels"), node.raw("labels"))
@@ -184,38 +190,99 @@ class HyperPodParser:
                                   f"models fit. Use one of: {known}.")
         if len(self.problems.items) > before:
             return None
-        return InstanceGroupSettings(name=name, instance_type=instance_type, count=count, gpus_per_instance=gpus,
-                                     threads_per_core=threads, extra_storage_gib=storage, deep_health_checks=checks,
-                                     labels=frozen_mapping(labels), taints=taints)
+        group = InstanceGroupSettings(name=name, instance_type=instance_type, count=count, gpus_per_instance=gpus,
+                                      threads_per_core=threads, extra_storage_gib=storage, deep_health_checks=checks,
+                                      labels=frozen_mapping(labels), taints=taints)
+        self.kubernetes_limits(key, group)
+        return None if len(self.problems.items) > before else group
+
+    def kubernetes_limits(self, key: str, group: InstanceGroupSettings) -> None:
+        """CreateCluster counts the labels and taints the stack adds with the user's own."""
+        limits = create_cluster_limits()
+        labels, taints = instance_group_labels(group), instance_group_taints(group)
+        for field, sent, own, added, most in (
+                ("labels", labels, group.labels, [label for label in labels if label not in group.labels],
+                 limits.max_labels),
+                ("taints", taints, group.taints, [f"{t.key}={t.value}:{t.effect}" for t in taints if t not in group.taints],
+                 limits.max_taints)):
+            if len(sent) > most:
+                self.problems.add(f"{key}.{field}", f"<{len(own)} {field}>",
+                                  f"are {len(sent)} with the {len(added)} the stack adds to a "
+                                  f"{'GPU' if group.gpus_per_instance else 'CPU'} group ({', '.join(added)}): "
+                                  f"CreateCluster takes at most {most} per instance group. Remove {len(sent) - most} "
+                                  "of yours.")
 
     def labels(self, key: str, raw: Any) -> dict[str, str]:
         if raw is MISSING:
             return {}
-        if (not isinstance(raw, dict) or len(raw) > MAX_LABELS
-                or not all(isinstance(k, str) and isinstance(v, str) for k, v in raw.items())):
-            self.problems.add(key, raw, f"must be an object of at most {MAX_LABELS} string labels, e.g. "
-                                        '{"team": "ml"}.')
+        # A YAML key with nothing after it (`node-role.kubernetes.io/inference:`) reads as null: an empty value.
+        if not isinstance(raw, dict) or not all(isinstance(k, str) and (isinstance(v, str) or v is None)
+                                                for k, v in raw.items()):
+            self.problems.add(key, raw, 'must be an object of string labels, e.g. {"team": "ml"}.')
             return {}
-        return dict(raw)
+        limits = create_cluster_limits()
+        labels = {}
+        for label, value in raw.items():
+            entry = f"{key}[{json.dumps(label)}]"
+            value = value or ""
+            if not limits.label_key.accepts(label):
+                self.problems.add(entry, NO_VALUE, _kubernetes_key_message("label", label, limits.label_key))
+            elif not value:
+                self.problems.add(entry, value, (
+                    f"is empty, and CreateCluster takes label values of {limits.label_value.min} to "
+                    f"{limits.label_value.max} characters, so a role-style label without a value cannot be sent. "
+                    f"Give it one, e.g. `pulumi config set --path '{entry}' true`."))
+            elif message := _kubernetes_value_message("label", value, limits.label_value):
+                self.problems.add(entry, value, message)
+            else:
+                labels[label] = value
+        return labels
 
     def taints(self, key: str, raw: Any) -> tuple[KubernetesTaint, ...]:
         if raw is MISSING:
             return ()
-        if not isinstance(raw, list) or len(raw) > MAX_TAINTS:
-            self.problems.add(key, raw, f"must be a list of at most {MAX_TAINTS} taints, each {{key, value, effect}}.")
+        if not isinstance(raw, list):
+            self.problems.add(key, raw, "must be a list of taints, each {key, value, effect}.")
             return ()
+        limits = create_cluster_limits()
         taints = []
         for index, entry in enumerate(raw):
             node = ConfigNode(f"{key}[{index}]", entry, {}, self.problems)
             node.reject_unknown(TAINT_KEYS)
-            taint_key = node.leaf("key", self.coerce.string(), MISSING)
+            taint_key = node.leaf("key", self.coerce.string(
+                lambda text: _kubernetes_key_message("taint", text, limits.taint_key)), MISSING)
             if taint_key is MISSING and "key" not in node.structured:
                 self.problems.add(node.child_key("key"), NOT_SET, "is required: the taint's key.")
-            value = node.leaf("value", self.coerce.string(), "")
-            effect = node.leaf("effect", self.coerce.choice(TAINT_EFFECTS), "NoSchedule")
+            value = node.leaf("value", self.taint_value, "")
+            effect = node.leaf("effect", self.coerce.choice(limits.taint_effects), "NoSchedule")
             if MISSING not in (taint_key, value, effect):
                 taints.append(KubernetesTaint(key=taint_key, value=value, effect=effect))
         return tuple(taints)
+
+    def taint_value(self, key: str, value: Any) -> Any:
+        """Optional: an empty value is not sent (CreateCluster takes none shorter than one character)."""
+        if value is None or value == "":
+            return ""
+        if not isinstance(value, str):
+            self.problems.add(key, value, "must be a string, e.g. inference; leave it out for a taint without a value.")
+            return MISSING
+        if message := _kubernetes_value_message("taint", value, create_cluster_limits().taint_value):
+            self.problems.add(key, value, message)
+            return MISSING
+        return value
+
+
+def instance_group_labels(group: InstanceGroupSettings) -> dict[str, str]:
+    """The labels CreateCluster is sent for a group's nodes: the stack's, so model pods find the GPU
+    groups as they find the managed GPU nodes on plain EKS, then the user's own."""
+    return {**(GPU_NODE_LABELS if group.gpus_per_instance else SYSTEM_NODE_LABELS), **group.labels}
+
+
+def instance_group_taints(group: InstanceGroupSettings) -> tuple[KubernetesTaint, ...]:
+    """The taints CreateCluster is sent: GPU instances keep CPU-only pods off, as on plain EKS (model
+    pods tolerate the taint); a taint of the user's on the same key gives way to it."""
+    stack = (KubernetesTaint(key=GPU_TAINT_KEY, value="true", effect="NoSchedule"),) if group.gpus_per_instance else ()
+    return stack + tuple(t for t in group.taints if t.key not in {s.key for s in stack})
 
 
 def free_gpus_after_placing(hyperpod: HyperPodSettings, models: tuple[ModelSettings, ...]) -> list[int] | None:
@@ -329,17 +396,19 @@ def check_dependencies_chart(hyperpod: HyperPodSettings | None, project_dir: Pat
     return []
 
 
+def _name_message(what: str, value: str, shape: StringShape) -> str | None:
+    if shape.accepts(value):
+        return None
+    return (f"must be {what}: {shape.min} to {shape.max} letters, digits and '-', starting and ending with a letter "
+            "or digit.")
+
+
 def _cluster_name_message(value: str) -> str | None:
-    if not CLUSTER_NAME.match(value):
-        return ("must be a HyperPod cluster name: 1 to 63 letters, digits and '-', starting and ending with a letter "
-                "or digit.")
-    return None
+    return _name_message("a HyperPod cluster name", value, create_cluster_limits().cluster_name)
 
 
 def _group_name_message(value: str) -> str | None:
-    if not GROUP_NAME.match(value):
-        return "must be an instance group name: 1 to 63 letters, digits and '-', starting with a letter or digit."
-    return None
+    return _name_message("an instance group name", value, create_cluster_limits().group_name)
 
 
 def _arn_message(value: str) -> str | None:
@@ -352,9 +421,50 @@ def _ml_instance_type_message(value: str) -> str | None:
     if not value.startswith("ml."):
         return (f"is not a SageMaker instance type: HyperPod takes only ml.* types, e.g. ml.{value} "
                 "(and the 'ml.<type> for cluster usage' service quota must allow it).")
-    if not ML_INSTANCE_TYPE.match(value):
-        return "must be a SageMaker instance type such as ml.g5.12xlarge or ml.c5.4xlarge."
-    return None
+    limits = create_cluster_limits()
+    if value in limits.instance_types:
+        return None
+    family = value.rpartition(".")[0]
+    sizes = sorted((t for t in limits.instance_types if t.rpartition(".")[0] == family), key=_by_size)
+    offered = (f"{family} comes in {', '.join(sizes)}" if sizes else
+               f"its families are {', '.join(sorted({t.rpartition('.')[0] for t in limits.instance_types}))}")
+    return (f"is not an instance type HyperPod's CreateCluster takes: {offered}. (These are the types botocore "
+            f"{limits.botocore_version}'s SageMaker model lists; for one AWS added since, raise the botocore pin "
+            "in requirements.txt.)")
+
+
+def _by_size(instance_type: str) -> tuple[int, str]:
+    size = instance_type.rpartition(".")[2]
+    multiple = size.partition("x")[0]
+    return (int(multiple) if multiple.isdigit() else {"medium": -1, "large": 0}.get(size, 1)), instance_type
+
+
+def _kubernetes_key_message(what: str, key: str, shape: StringShape) -> str | None:
+    if shape.accepts(key):
+        return None
+    prefix, slash, name = key.rpartition("/")
+    suggestion = re.sub(r"[^a-z0-9.-]+", "-", prefix.lower()).strip("-.") + slash + _name_like(name)
+    fix = f"Use e.g. {suggestion!r}." if shape.accepts(suggestion) else "Rename it, e.g. example.com/team."
+    return (f"is not a {what} key CreateCluster takes: an optional prefix of lowercase letters, digits, '-' and '.' "
+            "and a '/', then a name of letters, digits, '-', '_' and '.' that starts and ends with a letter or digit, "
+            f"{shape.min} to {shape.max} characters in all. {fix}")
+
+
+def _kubernetes_value_message(what: str, value: str, shape: StringShape) -> str | None:
+    if shape.accepts(value):
+        return None
+    if len(value) > shape.max:
+        return (f"is {len(value)} characters long; CreateCluster takes {what} values of {shape.min} to {shape.max}. "
+                "Shorten it.")
+    suggestion = _name_like(value)
+    fix = f"Use e.g. {suggestion!r}." if shape.accepts(suggestion) else "Use e.g. 'inference'."
+    return (f"is not a {what} value CreateCluster takes: letters, digits, '-', '_' and '.', starting and ending with "
+            f"a letter or digit. {fix}")
+
+
+def _name_like(text: str) -> str:
+    """`text` with each run of characters a Kubernetes name cannot hold made a '-'."""
+    return re.sub(r"[^A-Za-z0-9_.-]+", "-", text).strip("-_.")
 
 
 def clone_dependencies_chart(destination: str, repository: str = DEPENDENCIES_REPO) -> str:

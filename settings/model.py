@@ -22,6 +22,16 @@ GATEWAY_OWNER_LABEL = "gateway.envoyproxy.io/owning-gateway-name"
 # vLLM's OpenAI server listens here; the seed's Services and the CRD's targetPort default agree.
 VLLM_PORT = 8000
 
+# What the stack puts on its nodes, on plain EKS and HyperPod alike: the node pool pods select,
+# the label the NVIDIA device plugin chart's default node affinity requires on GPU nodes (or
+# NFD's pci-10de label), and the taint that keeps CPU-only pods off GPU nodes. Kept in settings
+# because HyperPod counts them in an instance group's limits, which are checked before deploying.
+NODE_POOL_LABEL = "inference-gateway/node-pool"
+GPU_PRESENT_LABEL = "nvidia.com/gpu.present"
+GPU_TAINT_KEY = "nvidia.com/gpu"
+GPU_NODE_LABELS: Mapping[str, str] = MappingProxyType({GPU_PRESENT_LABEL: "true", NODE_POOL_LABEL: "gpu"})
+SYSTEM_NODE_LABELS: Mapping[str, str] = MappingProxyType({NODE_POOL_LABEL: "system"})
+
 # The vLLM release the routing toolkit models (predict's scheduler and KV cache, calibrate's
 # metrics) and the end-to-end tests run (.ci/setup-vllm.sh installs its CPU build): the stack
 # deploys the same release, so a prediction describes the server the stack runs. Scheduling,

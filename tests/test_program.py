@@ -320,6 +320,17 @@ def test_bad_config_registers_no_resource():
                                       {"name": "system", "instanceType": "ml.c5.4xlarge", "count": 1}]}},
      "they ask for 2 GPUs (replicas x gpus, each replica on one instance) and the groups have 1"),
     ({"gateway.executionRoleArn": "arn:aws:iam::123456789012:role/inference"}, "starts with SageMakerHyperPodInference"),
+    # What CreateCluster would refuse only after the VPC, the EKS cluster and the dependencies chart are up.
+    ({"hyperpod": {"instanceGroups": [{"name": "gpu", "instanceType": "ml.g5.12xlarge", "count": 1,
+                                       "labels": {"example.com/Bad Key": "ml"}}]}},
+     'hyperpod.instanceGroups[0].labels["example.com/Bad Key"]: is not a label key CreateCluster takes'),
+    ({"hyperpod": {"instanceGroups": [{"name": "gpu", "instanceType": "ml.g5.12xlarge", "count": 1,
+                                       "labels": {"team": "x" * 64}}]}},
+     "is 64 characters long; CreateCluster takes label values of 1 to 63"),
+    ({"hyperpod": {"instanceGroups": [{"name": "gpu", "instanceType": "ml.g5.12xlarge", "count": 1},
+                                      {"name": "system", "instanceType": "ml.c7i.4xlarge", "count": 1}]}},
+     "inference-gateway:hyperpod.instanceGroups[1].instanceType = 'ml.c7i.4xlarge': is not an instance type "
+     "HyperPod's CreateCluster takes"),
 ])
 def test_refused_config_declares_nothing(config, expected):
     resources, message = registered_before_refusal({**SEED_STEP_5_CONFIG, **config})

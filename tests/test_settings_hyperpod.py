@@ -3,10 +3,16 @@
 import json
 from pathlib import Path
 
+import botocore
+import botocore.session
 import pytest
 
 from settings import SettingsError, load_stack, parse_settings
-from settings.hyperpod import DEPENDENCIES_COMMIT, check_dependencies_chart
+from settings.hyperpod import (DEEP_HEALTH_CHECKS, DEFAULT_INSTANCE_GROUPS, DEPENDENCIES_COMMIT, GPUS_PER_ML_INSTANCE,
+                               MAX_INSTANCE_GROUPS, check_dependencies_chart, instance_group_labels,
+                               instance_group_taints)
+from settings.sagemaker_limits import create_cluster_limits
+from tests.stack.program import run_program
 
 SMALL = {"name": "qwen-small", "model": "Qwen/Qwen2.5-0.5B-Instruct", "replicas": 2}
 LARGE = {"name": "qwen", "model": "Qwen/Qwen2.5-1.5B-Instruct"}
@@ -59,8 +65,12 @@ def test_plain_eks_defaults_to_the_open_source_picker_and_managed_gpu_nodes():
     ({"platform": "gke"}, "platform", "'hyperpod' or 'eks'"),
     ({"hyperpod": groups(("gpu", "g5.12xlarge", 1))}, "hyperpod.instanceGroups[0].instanceType",
      "HyperPod takes only ml.* types, e.g. ml.g5.12xlarge"),
-    ({"hyperpod": groups(("gpu", "ml.g9.xlarge", 1))}, "hyperpod.instanceGroups[0].instanceType",
+    ({"hyperpod": groups(("gpu", "ml.g7e.12xlarge", 1))}, "hyperpod.instanceGroups[0].instanceType",
      "GPU count this stack does not know"),
+    ({"hyperpod": groups(("gpu", "ml.g9.xlarge", 1))}, "hyperpod.instanceGroups[0].instanceType",
+     "is not an instance type HyperPod's CreateCluster takes: its families are ml.c5, "),
+    ({"hyperpod": groups(("gpu", "ml.g5.3xlarge", 1))}, "hyperpod.instanceGroups[0].instanceType",
+     "ml.g5 comes in ml.g5.xlarge, ml.g5.2xlarge, ml.g5.4xlarge, "),
     ({"hyperpod": groups(("gpu", "ml.g5.12xlarge", 1), ("gpu", "ml.c5.4xlarge", 1))}, "hyperpod.instanceGroups[1].name",
      "each instance group needs its own name"),
     ({"hyperpod": groups(("gpu", "ml.g5.xlarge", 2), ("system", "ml.c5.4xlarge", 1))}, "hyperpod.instanceGroups",
@@ -122,6 +132,106 @@ def test_instance_groups_carry_what_users_set():
 def test_a_group_set_flat_and_structured_reads_the_same():
     flat = parse(**{"hyperpod.instanceGroups": json.dumps(groups(("gpu", "ml.g5.12xlarge", 1))["instanceGroups"])})
     assert flat.hyperpod.instance_groups[0].instance_type == "ml.g5.12xlarge"
+
+
+def with_gpu_group(instance_type="ml.g5.12xlarge", **fields):
+    """The hyperpod section with a GPU group carrying `fields`, and the seed's CPU group."""
+    return {"instanceGroups": [{"name": "gpu", "instanceType": instance_type, "count": 1, **fields},
+                               {"name": "system", "instanceType": "ml.c5.4xlarge", "count": 1}]}
+
+
+def own_labels(count):
+    return {f"example.com/label-{index}": "yes" for index in range(count)}
+
+
+def own_taints(count):
+    return [{"key": f"example.com/taint-{index}", "value": "yes"} for index in range(count)]
+
+
+def test_labels_and_taints_are_counted_with_those_the_stack_adds():
+    refused = problems(hyperpod=with_gpu_group(labels=own_labels(49), taints=own_taints(50)))
+    assert refused["hyperpod.instanceGroups[0].labels"] == (
+        "inference-gateway:hyperpod.instanceGroups[0].labels = '<49 labels>': are 51 with the 2 the stack adds to a "
+        "GPU group (nvidia.com/gpu.present, inference-gateway/node-pool): CreateCluster takes at most 50 per "
+        "instance group. Remove 1 of yours.")
+    assert refused["hyperpod.instanceGroups[0].taints"] == (
+        "inference-gateway:hyperpod.instanceGroups[0].taints = '<50 taints>': are 51 with the 1 the stack adds to a "
+        "GPU group (nvidia.com/gpu=true:NoSchedule): CreateCluster takes at most 50 per instance group. Remove 1 "
+        "of yours.")
+    system = {"name": "system", "instanceType": "ml.c5.4xlarge", "count": 1, "labels": own_labels(50)}
+    refused = problems(hyperpod={"instanceGroups": [with_gpu_group()["instanceGroups"][0], system]})
+    assert "are 51 with the 1 the stack adds to a CPU group (inference-gateway/node-pool)" in refused[
+        "hyperpod.instanceGroups[1].labels"]
+    gpu = parse(hyperpod=with_gpu_group(labels=own_labels(48), taints=own_taints(49))).hyperpod.instance_groups[0]
+    assert (len(instance_group_labels(gpu)), len(instance_group_taints(gpu))) == (50, 50)
+
+
+def test_a_taint_without_a_value_is_sent_without_one_and_a_label_without_one_is_refused():
+    taints = [{"key": "dedicated", "effect": "NoExecute"}, {"key": "example.com/team", "value": ""}]
+    run = run_program({"models": json.dumps([SMALL]), "hyperpod": with_gpu_group(taints=taints)})
+    (cluster,) = run.of_type("aws-native:sagemaker:Cluster")
+    assert cluster.inputs["instanceGroups"][0]["kubernetesConfig"]["taints"] == [
+        {"key": "nvidia.com/gpu", "value": "true", "effect": "NoSchedule"},
+        {"key": "dedicated", "effect": "NoExecute"}, {"key": "example.com/team", "effect": "NoSchedule"}]
+    role = 'hyperpod.instanceGroups[0].labels["node-role.kubernetes.io/inference"]'
+    assert problems(hyperpod=with_gpu_group(labels={"node-role.kubernetes.io/inference": ""}))[role] == (
+        f"inference-gateway:{role} = '': is empty, and CreateCluster takes label values of 1 to 63 characters, so a "
+        f"role-style label without a value cannot be sent. Give it one, e.g. `pulumi config set --path '{role}' true`.")
+
+
+@pytest.mark.parametrize(("group", "key", "message"), [
+    ({"labels": {"example.com/Bad Key": "ml"}}, 'hyperpod.instanceGroups[0].labels["example.com/Bad Key"]',
+     "is not a label key CreateCluster takes: an optional prefix of lowercase letters, digits, '-' and '.' and a '/', "
+     "then a name of letters, digits, '-', '_' and '.' that starts and ends with a letter or digit, 1 to 317 "
+     "characters in all. Use e.g. 'example.com/Bad-Key'."),
+    ({"labels": {"team": "x" * 64}}, 'hyperpod.instanceGroups[0].labels["team"]',
+     "is 64 characters long; CreateCluster takes label values of 1 to 63. Shorten it."),
+    ({"labels": {"team": "ml platform"}}, 'hyperpod.instanceGroups[0].labels["team"]',
+     "is not a label value CreateCluster takes: letters, digits, '-', '_' and '.', starting and ending with a letter "
+     "or digit. Use e.g. 'ml-platform'."),
+    ({"taints": [{"key": "Example.com/dedicated"}]}, "hyperpod.instanceGroups[0].taints[0].key",
+     "is not a taint key CreateCluster takes"),
+    ({"taints": [{"key": "dedicated", "value": "inference-"}]}, "hyperpod.instanceGroups[0].taints[0].value",
+     "is not a taint value CreateCluster takes: letters, digits, '-', '_' and '.', starting and ending with a letter "
+     "or digit. Use e.g. 'inference'."),
+    ({"instanceType": "ml.c7i.4xlarge"}, "hyperpod.instanceGroups[0].instanceType",
+     "is not an instance type HyperPod's CreateCluster takes: its families are ml.c5, ml.c5n, "),
+    ({"count": 6759}, "hyperpod.instanceGroups[0].count", "must be a whole number from 0 to 6758."),
+    ({"name": "gpu-"}, "hyperpod.instanceGroups[0].name", "1 to 63 letters, digits and '-', starting and ending with"),
+])
+def test_what_createcluster_would_refuse_in_a_group_is_refused_first(group, key, message):
+    refused = problems(hyperpod=with_gpu_group(**group))
+    assert key in refused, refused
+    assert message in refused[key]
+
+
+def test_the_limits_checked_are_the_sagemaker_service_models_own():
+    # Read through botocore's ServiceModel, not the loader settings use, by the shapes' names.
+    model = botocore.session.get_session().get_service_model("sagemaker")
+    shape = model.shape_for
+    limits = create_cluster_limits()
+    assert limits.botocore_version == botocore.__version__
+    assert limits.instance_types == set(shape("ClusterInstanceType").enum)
+    assert (limits.max_labels, limits.max_taints) == (
+        shape("ClusterKubernetesLabels").metadata["max"], shape("ClusterKubernetesTaints").metadata["max"])
+    for checked, name in [(limits.label_key, "ClusterKubernetesLabelKey"),
+                          (limits.label_value, "ClusterKubernetesLabelValue"),
+                          (limits.taint_key, "ClusterKubernetesTaintKey"),
+                          (limits.taint_value, "ClusterKubernetesTaintValue"),
+                          (limits.cluster_name, "ClusterName"), (limits.group_name, "ClusterInstanceGroupName")]:
+        stated = shape(name).metadata
+        assert (checked.min, checked.max, checked.pattern.pattern) == (stated["min"], stated["max"], stated["pattern"])
+    for checked, name in [(limits.instance_count, "ClusterInstanceCount"),
+                          (limits.threads_per_core, "ClusterThreadsPerCore"),
+                          (limits.ebs_volume_gib, "ClusterEbsVolumeSizeInGB")]:
+        assert (checked.min, checked.max) == (shape(name).metadata["min"], shape(name).metadata["max"])
+    assert limits.taint_effects == tuple(shape("ClusterKubernetesTaintEffect").enum)
+    assert limits.node_recovery == tuple(shape("ClusterNodeRecovery").enum)
+    # The limits stated elsewhere are narrower than the model's, and every type with a known GPU
+    # count, the defaults among them, is one CreateCluster takes.
+    assert set(DEEP_HEALTH_CHECKS) <= set(shape("DeepHealthCheckType").enum)
+    assert MAX_INSTANCE_GROUPS <= shape("ClusterInstanceGroupSpecifications").metadata["max"]
+    assert set(GPUS_PER_ML_INSTANCE) | {g.instance_type for g in DEFAULT_INSTANCE_GROUPS} <= limits.instance_types
 
 
 def test_groups_without_spare_gpu_or_cpu_group_warn():

@@ -7,11 +7,7 @@ from typing import Any
 import yaml
 
 from settings import GpuNodeSettings
-
-GPU_TAINT_KEY = "nvidia.com/gpu"
-# The device plugin chart's default node affinity requires this label (or NFD's pci-10de label).
-GPU_PRESENT_LABEL = "nvidia.com/gpu.present"
-NODE_POOL_LABEL = "inference-gateway/node-pool"
+from settings.model import GPU_NODE_LABELS, GPU_PRESENT_LABEL, GPU_TAINT_KEY, NODE_POOL_LABEL
 
 # NVIDIA device plugin chart, the version the EKS GPU guide lists for AL2023 NVIDIA AMIs.
 DEVICE_PLUGIN_REPO = "https://nvidia.github.io/k8s-device-plugin"
@@ -22,7 +18,7 @@ TIME_SLICING_CONFIG = "time-slicing"
 
 
 def node_labels() -> dict[str, str]:
-    return {GPU_PRESENT_LABEL: "true", NODE_POOL_LABEL: "gpu"}
+    return dict(GPU_NODE_LABELS)
 
 
 def node_selector() -> dict[str, str]:

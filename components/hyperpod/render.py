@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from components.gpu_nodes.render import GPU_TAINT_KEY, NODE_POOL_LABEL, node_labels
 from components.iam import render as iam
 from settings import InstanceGroupSettings
+from settings.hyperpod import instance_group_labels, instance_group_taints
 
 INSTANCE_POLICY = "AmazonSageMakerClusterInstanceRolePolicy"
 LIFECYCLE_PREFIX = "lifecycle"
@@ -40,17 +40,9 @@ def lifecycle_key() -> str:
     return f"{LIFECYCLE_PREFIX}/{ON_CREATE}"
 
 
-def kubernetes_labels(group: InstanceGroupSettings) -> dict[str, str]:
-    """GPU groups carry the label model pods select, like the managed GPU nodes on plain EKS."""
-    stack_labels = node_labels() if group.gpus_per_instance else {NODE_POOL_LABEL: "system"}
-    return {**stack_labels, **group.labels}
-
-
-def kubernetes_taints(group: InstanceGroupSettings) -> list[dict[str, str]]:
-    # GPU instances keep CPU-only pods off, as on plain EKS; model pods tolerate the taint.
-    stack_taints = [{"key": GPU_TAINT_KEY, "value": "true", "effect": "NoSchedule"}] if group.gpus_per_instance else []
-    own = [{"key": t.key, "value": t.value, "effect": t.effect} for t in group.taints]
-    return stack_taints + [t for t in own if t["key"] not in {s["key"] for s in stack_taints}]
+def kubernetes_taints(group: InstanceGroupSettings) -> list[dict[str, str | None]]:
+    # A taint's value is optional, and CreateCluster refuses an empty one: None leaves it out.
+    return [{"key": t.key, "value": t.value or None, "effect": t.effect} for t in instance_group_taints(group)]
 
 
 def instance_group(group: InstanceGroupSettings, *, execution_role_arn: Any, lifecycle_uri: Any) -> dict[str, Any]:
@@ -62,7 +54,7 @@ def instance_group(group: InstanceGroupSettings, *, execution_role_arn: Any, lif
         "execution_role": execution_role_arn,
         "threads_per_core": group.threads_per_core,
         "life_cycle_config": {"source_s3_uri": lifecycle_uri, "on_create": ON_CREATE},
-        "kubernetes_config": {"labels": kubernetes_labels(group), "taints": kubernetes_taints(group)},
+        "kubernetes_config": {"labels": instance_group_labels(group), "taints": kubernetes_taints(group)},
     }
     if group.extra_storage_gib is not None:
         spec["instance_storage_configs"] = [{"ebs_volume_config": {"volume_size_in_gb": group.extra_storage_gib}}]
