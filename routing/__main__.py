@@ -1,7 +1,7 @@
 """Predict, measure and prove how the endpoint picker routes requests across model replicas.
 
 No cloud needed for predict, serve and demo; verify and calibrate read a live stack's pods.
-Try `python -m routing demo` first, and `python -m routing COMMAND --help` for each command.
+Try `./demo.sh` first (it sets up the venvs, then runs `demo`); `COMMAND --help` tells more.
 """
 
 from __future__ import annotations

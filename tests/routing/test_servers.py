@@ -116,20 +116,23 @@ def test_it_prints_the_urls_the_model_name_and_commands_the_real_parsers_take(la
 
 
 def test_ctrl_c_stops_both_servers_and_exits_0(lab, capsys):
+    # Whatever handled Ctrl-C before (pytest's own, or SIG_IGN under a background shell) again after.
+    before = signal.getsignal(signal.SIGINT)
     lab.on_poll = interrupt()
     assert lab.run() == 0
     assert lab.stopped == [["vllm-a", "vllm-b"]]
     assert capsys.readouterr().out.endswith("stopping the vLLM servers ...\n"
                                             "servers: stopped; no vLLM server of this command is left running\n")
-    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # pytest's own Ctrl-C again
+    assert signal.getsignal(signal.SIGINT) is before
 
 
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP])
 def test_kill_or_a_closed_terminal_stops_them_as_ctrl_c_does(lab, signum):
+    before = signal.getsignal(signum)  # SIG_DFL, or SIG_IGN under nohup
     lab.on_poll = interrupt(signum)
     assert lab.run() == 0
     assert lab.stopped == [["vllm-a", "vllm-b"]]
-    assert signal.getsignal(signum) is signal.SIG_DFL
+    assert signal.getsignal(signum) is before
 
 
 def test_a_second_ctrl_c_while_they_stop_does_not_cut_the_stopping_short(lab):
