@@ -52,7 +52,12 @@ if capacity.hyperpod is not None:
     pulumi.export("hyperpodClusterArn", capacity.hyperpod.arn)
 pulumi.export("namespace", settings.namespace)
 pulumi.export("gatewayName", gateway.name)
-pulumi.export("effectiveWeights", {name: dict(weights) if weights is not None else "set by pickerConfigMap"
-                                   for name, weights in settings.effective_weights.items()})
+pulumi.export("effectiveWeights", {
+    m.name: dict(m.effective_weights) if m.effective_weights is not None
+    else "set by pickerConfigMap" if m.picker_config_map is not None else f"none: the {m.routing.recipe} recipe"
+    for m in settings.models})
+pulumi.export("routing", {m.name: {"recipe": m.routing.recipe, **m.routing.parameters} for m in settings.models})
 pulumi.export("podSelectors", {m.name: dict(m.selector) for m in settings.models})
 pulumi.export("gatewayUrlCommand", gateway.url_command)
+if gateway.ca_command is not None:
+    pulumi.export("gatewayCaCommand", gateway.ca_command)

@@ -18,7 +18,7 @@ calibrated profile. Prints measured (mean and range over the runs) against predi
 over --seeds), the errors, each run's own traffic replayed on the simulated servers (its
 sends in their order, by the workload's closed loop), the
 engine's part of TTFT (vLLM's per-request timings against the simulated engine's), the
-ranking of the three settings by hit rate on each side, and how many rows meet each of
+ranking of the settings by hit rate on each side, and how many rows meet each of
 issue 7's targets (each miss with its error and the standard errors of its measured and
 predicted means);
 and, for each run and each calibration, the cores the client, `serve` and the vLLM API

@@ -26,7 +26,7 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterator, Mapping, Sequence, TextIO
+from typing import Any, Callable, Iterator, Mapping, NamedTuple, Sequence, TextIO
 
 from routing.lab.tinymodel import SIZES
 from routing.lab.vllm_server import DEFAULT_START_TIMEOUT, REPO_ROOT, VllmPair, free_port, vllm_pair
@@ -40,11 +40,43 @@ from routing.simulation.latency import DEFAULT_LIMITS, LatencyModel, LatencyProf
 from routing.simulation.load_plan import plan_load
 from routing.simulation.prediction import Load, Prediction, run_prediction
 from routing.workloads import Arrival
+from settings.picker_config import EndpointPickerConfig, load_endpoint_picker_config, render_sticky_picker_config
 
 NO_PREFIX = {"prefix": 0, "queue": 3, "kvCache": 2}
-# (label, weights over the defaults, round-robin?)
-SETTINGS = (("default weights", None, False), ("prefix=0,queue=3,kvCache=2", NO_PREFIX, False),
-            ("round-robin", None, True))
+
+
+class Setting(NamedTuple):
+    """One way `serve` routes in the benchmark: weights over the defaults, round-robin, or the
+    sticky recipe at upstream's defaults but for peakPrefillThroughput, the pods' own as
+    calibrate measured it (upstream's 15,928 tokens/s is Qwen 32B on two H100s)."""
+
+    label: str
+    weights: Mapping[str, int] | None = None
+    round_robin: bool = False
+    sticky: bool = False
+
+    def sticky_parameters(self, profile: LatencyProfile | None) -> dict[str, int]:
+        peak = profile.peak_prefill if profile is not None else None
+        return {"peakPrefillThroughput": round(peak.tokens_per_s)} if peak is not None else {}
+
+    def serve_args(self, profile: LatencyProfile | None) -> list[str]:
+        if self.round_robin:
+            return ["--round-robin"]
+        if self.sticky:
+            return ["--routing", ",".join(["sticky", *(f"{name}={value}" for name, value
+                                                        in self.sticky_parameters(profile).items())])]
+        if self.weights:
+            return ["--weights", ",".join(f"{name}={value}" for name, value in self.weights.items())]
+        return []
+
+    def picker_config(self, profile: LatencyProfile | None) -> EndpointPickerConfig | None:
+        if not self.sticky:
+            return None
+        return load_endpoint_picker_config(render_sticky_picker_config(self.sticky_parameters(profile)))
+
+
+SETTINGS = (Setting("default weights"), Setting("prefix=0,queue=3,kvCache=2", NO_PREFIX),
+            Setting("round-robin", round_robin=True), Setting("sticky", sticky=True))
 REQUEST_TIMEOUT = 120.0
 SERVE_START_TIMEOUT = 30.0
 TTFT_HISTOGRAM = "vllm:time_to_first_token_seconds"
@@ -337,19 +369,15 @@ def stolen_cpu_seconds(proc_stat: str | Path = "/proc/stat") -> float:
 
 
 @contextmanager
-def serve_process(backends: Mapping[str, str], weights: Mapping[str, int] | None, round_robin: bool,
-                  seed: int, log: Path) -> Iterator[ServeProcess]:
+def serve_process(backends: Mapping[str, str], routing: Sequence[str], seed: int, log: Path) -> Iterator[ServeProcess]:
     """`python -m routing serve` in its own process, as the gateway is its own pod: the client
     driving the load then shares no interpreter with it. Yields its URL and pid once every
-    backend has had a good scrape."""
+    backend has had a good scrape. `routing`: serve's options that choose the picker (none: the
+    default weights)."""
     port = free_port()
-    command = [sys.executable, "-m", "routing", "serve", "--port", str(port), "--seed", str(seed)]
+    command = [sys.executable, "-m", "routing", "serve", "--port", str(port), "--seed", str(seed), *routing]
     for name, url in backends.items():
         command += ["--backend", f"{name}={url}"]
-    if round_robin:
-        command.append("--round-robin")
-    elif weights:
-        command += ["--weights", ",".join(f"{name}={value}" for name, value in weights.items())]
     url = f"http://127.0.0.1:{port}"
     with open(log, "ab") as output:
         process = subprocess.Popen(command, cwd=REPO_ROOT, stdout=output, stderr=subprocess.STDOUT,
@@ -400,7 +428,7 @@ def calibrate_pair(pair: VllmPair, progress: Callable[[str], None]) -> LatencyPr
     """`calibrate` on the pair's servers, with a `serve` (default weights) as the gateway: its
     picker scrapes the servers meanwhile, and calibrate times its hop."""
     pods = [UrlPod(name, url) for name, url in pair.backends.items()]
-    with serve_process(pair.backends, None, False, 0, pair.log_dir / "serve.log") as serve:
+    with serve_process(pair.backends, (), 0, pair.log_dir / "serve.log") as serve:
         with CpuTakers.of(serve, pair) as cpu:
             profile = calibrate(pods, gateway=UrlPod("serve", serve.url), progress=progress)
     progress(f"  while calibrating (its fit's own CPU included): {cpu.describe()}")
@@ -439,11 +467,11 @@ class CpuTakers:
                 f"{self.api_server_cores:.2f} of a core; the hypervisor took {self.stolen_cores:.2f}")
 
 
-def measure(pair: VllmPair, experiment: Experiment, weights: Mapping[str, int] | None, round_robin: bool,
+def measure(pair: VllmPair, experiment: Experiment, setting: Setting, profile: LatencyProfile | None,
             seed: int) -> tuple[Run, DeltaReport, list[Sent]]:
     pair.reset_prefix_caches()
     pods = UrlPods(pair.backends)
-    with serve_process(pair.backends, weights, round_robin, seed, pair.log_dir / "serve.log") as serve:
+    with serve_process(pair.backends, setting.serve_args(profile), seed, pair.log_dir / "serve.log") as serve:
         before, histograms = pods.read(), server_totals(pair)
         with CpuTakers.of(serve, pair) as cpu:
             sent = drive(serve.url, experiment.arrivals, experiment.concurrency)
@@ -520,18 +548,18 @@ def replayed_ttft_p50(pair: VllmPair, profile: LatencyProfile, prepared: Prepare
 
 
 def predict_runs(pair: VllmPair, profile: LatencyProfile, experiment: Experiment, tokenizer: ServerCountedTokenizer,
-                 weights: Mapping[str, int] | None, round_robin: bool, seeds: Sequence[int],
-                 send_spacing: float = 0.0) -> list[Run]:
+                 setting: Setting, seeds: Sequence[int], send_spacing: float = 0.0) -> list[Run]:
     runs = []
     for seed in seeds:
         plan = plan_load(experiment.arrivals, concurrency=experiment.concurrency, seed=seed)
         load = Load(plan, tuple(a.output_tokens for a in experiment.arrivals), profile.limits or DEFAULT_LIMITS,
                     send_spacing=send_spacing)
-        prediction: Prediction = run_prediction([a.request for a in experiment.arrivals], weights=weights,
+        prediction: Prediction = run_prediction([a.request for a in experiment.arrivals], weights=setting.weights,
+                                                picker_config=setting.picker_config(profile),
                                                 replicas=len(pair.servers), block_size=pair.block_size,
                                                 capacity_blocks=pair.capacity_blocks, tokenizer=tokenizer, seed=seed,
                                                 load=load, latency=profile.latency)
-        side = 1 if round_robin else 0
+        side = 1 if setting.round_robin else 0
         result, ttfts = (prediction.picker, prediction.round_robin)[side], prediction.ttfts[side]
         busiest = max(p.requests for p in result.pods) / max(1, result.requests)
         # From a request's first token to its last, over the tokens after the first.
@@ -581,15 +609,17 @@ def ranking(rows: Sequence[Row], side: int) -> list[str]:
 def format_rows(rows: Sequence[Row]) -> str:
     """The README's Markdown table: measured (mean, min–max over runs) against predicted."""
     lines = ["| workload | setting | hit rate measured (min–max) | predicted | error | busiest pod's share "
-             "measured / predicted | TTFT p50 measured / predicted | error | TTFT p50 replayed | error "
+             "measured / predicted | TTFT p50 measured / predicted | error | TTFT p95 measured / predicted "
+             "| TTFT p50 replayed | error "
              "| engine's part of TTFT p50 measured / predicted | error "
              "| vLLM's own TTFT mean / predicted mean | vLLM's own ITL mean / predicted | failed |",
-             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for row in rows:
         measured_rate, predicted_rate = row.figure("hit_rate")
         rates = [r.hit_rate for r in row.measured]
         share_m, share_p = row.figure("busiest_share")
         ttft_m, ttft_p = row.figure("ttft_p50")
+        p95_m, p95_p = row.figure("ttft_p95")
         # Against the measured p50 of the same runs (a run with a failed request has no replay).
         replays = [(r.replayed_ttft_p50, r.ttft_p50) for r in row.measured if r.replayed_ttft_p50]
         replayed = "– | –"
@@ -609,7 +639,7 @@ def format_rows(rows: Sequence[Row]) -> str:
                      f"| {predicted_rate:.1%} | {(predicted_rate - measured_rate) * 100:+.1f} pt "
                      f"| {share_m:.0%} / {share_p:.0%} | {ttft_m * 1000:.0f} / {ttft_p * 1000:.0f} ms "
                      f"| {(ttft_p / ttft_m - 1) * 100 if ttft_m else 0:+.0f}% "
-                     f"| {replayed} | {engine} "
+                     f"| {p95_m * 1000:.0f} / {p95_p * 1000:.0f} ms | {replayed} | {engine} "
                      f"| {server_m * 1000:.0f} / {mean_p * 1000:.0f} ms | {itl_m * 1000:.1f} / {itl_p * 1000:.1f} ms "
                      f"| {failed} |")
     return "\n".join(lines)
@@ -690,16 +720,17 @@ def compare(pair: VllmPair, profile_for: Callable[[Experiment], LatencyProfile],
                            tokenizer, pair.block_size)
         # One client process and `serve` on one event loop: what a step's finishes release reaches
         # the picker one request at a time.
-        with serve_process(pair.backends, None, False, 0, pair.log_dir / "serve.log") as serve:
+        with serve_process(pair.backends, (), 0, pair.log_dir / "serve.log") as serve:
             send_spacing = reply_spacing_seconds(serve.url, pair.tokenizer.model, experiment.arrivals,
                                                  experiment.concurrency)
         print(f"  replies one step ends reach the client {send_spacing * 1000:.1f} ms apart when each sends its next "
               f"request through serve (median of {SPACING_ROUNDS} rounds of {experiment.concurrency})",
               file=out, flush=True)
-        measured: dict[str, list[Run]] = {label: [] for label, _, _ in SETTINGS}
+        measured: dict[str, list[Run]] = {setting.label: [] for setting in SETTINGS}
         for run in range(runs or experiment.runs):
-            for label, weights, round_robin in SETTINGS:
-                result, report, sent = measure(pair, experiment, weights, round_robin, seed=100 + run)
+            for setting in SETTINGS:
+                label = setting.label
+                result, report, sent = measure(pair, experiment, setting, profile, seed=100 + run)
                 replayed = replayed_ttft_p50(pair, profile, prepared, sent, experiment, send_spacing)
                 result = dataclasses.replace(result, replayed_ttft_p50=replayed)
                 measured[label].append(result)
@@ -708,8 +739,7 @@ def compare(pair: VllmPair, profile_for: Callable[[Experiment], LatencyProfile],
                       f"(replayed {result.replayed_ttft_p50 * 1000:.0f} ms), failed {result.failed}; "
                       f"{result.cpu_takers}",
                       file=out, flush=True)
-        for label, weights, round_robin in SETTINGS:
-            predicted = predict_runs(pair, profile, experiment, tokenizer, weights, round_robin, range(1, seeds + 1),
-                                     send_spacing)
-            rows.append(Row(experiment.name, label, tuple(measured[label]), tuple(predicted)))
+        for setting in SETTINGS:
+            predicted = predict_runs(pair, profile, experiment, tokenizer, setting, range(1, seeds + 1), send_spacing)
+            rows.append(Row(experiment.name, setting.label, tuple(measured[setting.label]), tuple(predicted)))
     return rows

@@ -16,6 +16,7 @@ from components.gpu_nodes import GpuNodes
 from components.gpu_nodes.render import node_selector
 from components.hyperpod import ExistingHyperPodCluster, HyperPodCluster
 from components.llmd_router import LlmdRouter
+from components.network_policy import FrontDoorPolicies
 from settings import Settings
 from settings.hyperpod import dependencies_chart_path
 
@@ -32,8 +33,10 @@ class GpuCapacity:
 def cluster(settings: Settings) -> Cluster | ExistingCluster:
     if settings.cluster.existing:
         return ExistingCluster("cluster", settings=settings.cluster)
-    # Managed node groups exist only on plain EKS; HyperPod's instance groups replace them.
-    return Cluster("cluster", settings=settings.cluster, managed_nodes=settings.platform == "eks")
+    # Managed node groups exist only on plain EKS; HyperPod's instance groups replace them. The
+    # VPC CNI enforces NetworkPolicies on both once the add-on's network policy setting is on.
+    return Cluster("cluster", settings=settings.cluster, managed_nodes=settings.platform == "eks",
+                   network_policy=settings.gateway.network_policy.enabled)
 
 
 def gpu_capacity(settings: Settings, eks_cluster: Cluster | ExistingCluster, *, project_dir: Path,
@@ -60,8 +63,12 @@ def gpu_capacity(settings: Settings, eks_cluster: Cluster | ExistingCluster, *, 
 
 def endpoint_picker(settings: Settings, eks_cluster: Cluster | ExistingCluster, capacity: GpuCapacity, *,
                     region: str, depends_on: list[pulumi.Resource]) -> Gateway | GatewayApiDataPlane:
-    """The gateway and one endpoint picker per model; the result has `name` and `url_command`."""
+    """The gateway and one endpoint picker per model, and the NetworkPolicies that leave the model
+    pods reachable only through them; the result has `name`, `url_command` and `ca_command`."""
     in_cluster = pulumi.ResourceOptions(provider=eks_cluster.provider)
+    if settings.gateway.network_policy.enabled:
+        FrontDoorPolicies("front-door", settings=settings,
+                          opts=in_cluster.merge(pulumi.ResourceOptions(depends_on=depends_on)))
     if settings.gateway.implementation == "llm-d":
         data_plane = GatewayApiDataPlane(
             "gateway-api", settings=settings, cluster_name=eks_cluster.name, region=region, vpc_id=eks_cluster.vpc_id,

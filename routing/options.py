@@ -15,7 +15,10 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from settings import ModelSettings, Settings, SettingsError, load_stack, parse_weight_overrides
+from settings.model import ROUTING_RECIPES
 from settings.picker import endpoint_picker_config
+from settings.picker_config import STICKY_PARAMETERS
+from settings.reader import did_you_mean
 
 URL_SCHEMES = ("http", "https")
 
@@ -117,6 +120,33 @@ def weights_option(text: str) -> dict[str, int]:
         return parse_weight_overrides(text, key="--weights")
     except SettingsError as error:
         raise argparse.ArgumentTypeError("; ".join(map(str, error.problems))) from None
+
+
+def routing_option(text: str) -> tuple[str, dict[str, int | float]]:
+    """An argparse type for --routing RECIPE[,NAME=VALUE,...]: `weights`, or `sticky` with its
+    filter's parameters by upstream's names, as models[].routing sets them in a stack."""
+    example = "e.g. --routing sticky or --routing sticky,maxTTFTPenaltyMs=5000,peakPrefillThroughput=4000"
+    recipe, *pairs = (part.strip() for part in text.split(","))
+    if recipe not in ROUTING_RECIPES:
+        raise argparse.ArgumentTypeError(f"--routing {text!r}: starts with the recipe, one of "
+                                         f"{', '.join(ROUTING_RECIPES)}; {example}")
+    parameters: dict[str, int | float] = {}
+    for pair in pairs:
+        name, sep, value = pair.partition("=")
+        if name not in STICKY_PARAMETERS:
+            raise argparse.ArgumentTypeError(f"--routing {pair!r}: not a parameter of the sticky recipe."
+                                             f"{did_you_mean(name, STICKY_PARAMETERS)} Its parameters: "
+                                             f"{', '.join(STICKY_PARAMETERS)}; {example}")
+        try:
+            number = float(value)
+        except ValueError:
+            number = float("nan")
+        if not sep or number != number or number in (float("inf"), float("-inf")):
+            raise argparse.ArgumentTypeError(f"--routing {pair!r}: write NAME=NUMBER, {example}")
+        parameters[name] = int(number) if number.is_integer() else number
+    if parameters and recipe != "sticky":
+        raise argparse.ArgumentTypeError(f"--routing {text!r}: parameters belong to the sticky recipe; {example}")
+    return recipe, parameters
 
 
 class OptionError(ValueError):

@@ -21,6 +21,8 @@ GATEWAY_OWNER_LABEL = "gateway.envoyproxy.io/owning-gateway-name"
 
 # vLLM's OpenAI server listens here; the seed's Services and the CRD's targetPort default agree.
 VLLM_PORT = 8000
+# The namespace the NetworkPolicies admit scrapers from (gateway.networkPolicy.monitoringNamespace).
+DEFAULT_MONITORING_NAMESPACE = "monitoring"
 
 # What the stack puts on its nodes, on plain EKS and HyperPod alike: the node pool pods select,
 # the label the NVIDIA device plugin chart's default node affinity requires on GPU nodes (or
@@ -56,6 +58,15 @@ DEPENDENCY_ADDON_MINIMUMS: Mapping[str, str] = MappingProxyType({
     "metrics-server": "v0.7.2-eksbuild.4",
     "cert-manager": "v1.18.2-eksbuild.2",
 })
+# How a model's picker chooses (models[].routing.recipe, or the stack-wide routing.recipe):
+# `weights` is the weighted blend of queue, KV-cache and prefix scorers that HyperPod's gateway
+# exposes; `sticky` is upstream's "sticky until saturated" (llm-d guides' default since August
+# 2026): a prefix-cache-affinity filter keeps a request on the pods holding its prefix until
+# their in-flight load would cost more than a TTFT penalty, a token-load scorer picks among them.
+# The sticky recipe runs on gateway.implementation llm-d only (settings/parse.py says why).
+ROUTING_RECIPES = ("weights", "sticky")
+DEFAULT_ROUTING_RECIPE = "weights"
+
 # The controller runs this many pickers per scheduler when `replicas` is not set.
 DEFAULT_PICKER_REPLICAS = 2
 # The llm-d router's Deployment (components/llmd_router) runs one picker unless told more: a
@@ -89,6 +100,15 @@ class PickerConfigMap:
 
 
 @dataclass(frozen=True)
+class RoutingSettings:
+    """A model's routing recipe and, for `sticky`, the filter parameters set (upstream's names;
+    those not set take upstream's defaults in the picker, so only these are rendered)."""
+
+    recipe: str = DEFAULT_ROUTING_RECIPE
+    parameters: Mapping[str, float] = field(default_factory=frozen_mapping)
+
+
+@dataclass(frozen=True)
 class ModelSettings:
     """One model: a vLLM Deployment + Service and the gateway scheduler in front of it."""
 
@@ -109,6 +129,7 @@ class ModelSettings:
     # Weights set in config (gateway-wide merged with this model's); empty means the controller's defaults.
     weights: Mapping[str, int] = field(default_factory=frozen_mapping)
     picker_config_map: PickerConfigMap | None = None
+    routing: RoutingSettings = field(default_factory=RoutingSettings)
     lora_adapters: tuple[str, ...] = ()
     picker_replicas: int | None = None
     route_timeout: str | None = None
@@ -121,14 +142,18 @@ class ModelSettings:
 
     @property
     def effective_weights(self) -> Mapping[str, int] | None:
-        """What the picker will actually use; None when a custom picker ConfigMap decides."""
-        if self.picker_config_map is not None:
+        """What the picker will actually use; None when a custom picker ConfigMap or the sticky
+        recipe decides."""
+        if self.picker_config_map is not None or self.routing.recipe != "weights":
             return None
         return frozen_mapping({**DEFAULT_WEIGHTS, **self.weights})
 
 
 @dataclass(frozen=True)
 class JwtSettings:
+    """Request authentication at the gateway, one meaning on both implementations: HyperPod's
+    auth.jwt.provider, or Istio's RequestAuthentication and AuthorizationPolicy on the Gateway."""
+
     issuer: str
     jwks_uri: str
     name: str = "jwt"
@@ -138,15 +163,29 @@ class JwtSettings:
 
 
 @dataclass(frozen=True)
+class NetworkPolicySettings:
+    """gateway.networkPolicy: the model pods' port reachable only through the front door."""
+
+    enabled: bool = True
+    # Admitted to the model pods' and pickers' metrics ports, for the monitoring stack to come.
+    monitoring_namespace: str = DEFAULT_MONITORING_NAMESPACE
+    # Where the API server's pod proxy comes from (routing verify's counter reads); none by default.
+    api_server_cidrs: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
 class GatewaySettings:
     name: str = "inference-gateway"
     implementation: str = "hyperpod"
     bbr_enabled: bool = False
     bbr_replicas: int | None = None
-    # "": certificate issued by cert-manager and imported to ACM (tls: {}); otherwise an ACM
-    # certificate ARN. Never None on HyperPod: the controller rejects a gateway without TLS.
+    # gateway.tls: "" for auto (HyperPod: tls: {}, cert-manager issues and ACM imports; llm-d:
+    # cert-manager issues from the stack's private CA and the Gateway terminates TLS), an ACM
+    # certificate ARN (llm-d: terminated at the NLB), None for off (llm-d only: the HyperPod
+    # controller rejects a gateway without TLS).
     tls_acm_arn: str | None = ""
     jwt: JwtSettings | None = None
+    network_policy: NetworkPolicySettings = NetworkPolicySettings()
     metrics: bool | None = None
     pod_defaults: Mapping[str, object] | None = None
     install_addon: bool = False

@@ -12,16 +12,19 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from settings.picker_config import PickerConfigError, load_endpoint_picker_config
+from settings.picker_config import (STICKY_PARAMETERS, PickerConfigError, load_endpoint_picker_config,
+                                    render_sticky_picker_config)
 
 from .errors import HIDDEN, NOT_SET, SettingsError
 from .hyperpod import HyperPodParser, capacity_problems, hyperpod_warnings, parse_platform, picker_replica_warnings
 from .model import (DEFAULT_IMPLEMENTATION, DEFAULT_NAMESPACE, DEFAULT_VLLM_IMAGE, DEPENDENCY_ADDON_MINIMUMS,
                     MODELLED_VLLM_VERSION,
                     GATEWAY_IMPLEMENTATIONS, WEIGHT_NAMES, ClusterSettings, GatewaySettings, GpuNodeSettings,
-                    JwtSettings, ModelSettings, NodeGroupSize, PickerConfigMap, Settings, SystemNodeSettings,
-                    default_of, frozen_mapping, is_bottlerocket)
-from .reader import MISSING, Coerce, ConfigNode, Problems, decode_json, did_you_mean
+                    ROUTING_RECIPES, JwtSettings, ModelSettings, NodeGroupSize, PickerConfigMap, RoutingSettings,
+                    Settings, SystemNodeSettings, default_of, frozen_mapping, is_bottlerocket)
+from .model import NetworkPolicySettings
+from .reader import MISSING, Coerce, ConfigNode, Problems, decode_json, did_you_mean, finite_number
+from .security import security_warnings
 
 # Where Pulumi.yaml is: relative paths in the config are read from here, as `pulumi up` runs here.
 PROJECT_DIR = Path(__file__).resolve().parent.parent
@@ -42,20 +45,25 @@ WEIGHT_HINT = " Weights are non-negative integers; 0 turns a scorer off."
 # The CRD stores weights as integers; beyond int32 the API server would reject or truncate them.
 MAX_WEIGHT = 2**31 - 1
 
-TOP_LEVEL_KEYS = ("platform", "namespace", "models", "weights", "gateway", "cluster", "hyperpod", "gpuNodes", "hfToken")
+TOP_LEVEL_KEYS = ("platform", "namespace", "models", "weights", "routing", "gateway", "cluster", "hyperpod", "gpuNodes", "hfToken")
 MODEL_KEYS = ("name", "model", "deployment", "replicas", "image", "gpus", "cpu", "memory", "port", "maxModelLen",
-              "gpuMemoryUtilization", "extraArgs", "scheduler", "weights", "pickerConfigMap",
+              "gpuMemoryUtilization", "extraArgs", "scheduler", "weights", "routing", "pickerConfigMap",
               "loraAdapters", "pickerReplicas", "routeTimeout", "logLevel")
-GATEWAY_KEYS = ("name", "implementation", "bbr", "bbrReplicas", "tls", "jwt", "metrics", "podDefaults", "installAddon",
+GATEWAY_KEYS = ("name", "implementation", "bbr", "bbrReplicas", "tls", "jwt", "networkPolicy", "metrics", "podDefaults",
+                "installAddon",
                 "addonVersion", "loadBalancerController", "keda", "gatedModelAccess", "executionRoleArn",
                 "dependencyAddonVersions")
 # Keys of the HyperPod inference add-on, which only mean something when the stack installs it.
 ADDON_KEYS = ("addonVersion", "keda", "gatedModelAccess", "executionRoleArn", "dependencyAddonVersions")
-# Fields of the InferenceGatewayConfig and its add-on, with no counterpart in the open-source stack.
-HYPERPOD_GATEWAY_KEYS = ("tls", "jwt", "metrics", "podDefaults", "installAddon", *ADDON_KEYS)
+# Fields of the InferenceGatewayConfig and its add-on, with no counterpart in the open-source stack
+# (tls and jwt have one: the same keys, read by the same code, configure the Gateway there).
+HYPERPOD_GATEWAY_KEYS = ("metrics", "podDefaults", "installAddon", *ADDON_KEYS)
+NETWORK_POLICY_KEYS = ("enabled", "monitoringNamespace", "apiServerCidrs")
 # The add-on accepts only an execution role whose name starts with this (its chart's rule under isAddOn).
 ADDON_EXECUTION_ROLE_PREFIX = "SageMakerHyperPodInference"
 IAM_ROLE_ARN = re.compile(r"^arn:aws[a-z-]*:iam::[0-9]{12}:role/(?:[\w+=,.@-]+/)*(?P<name>[\w+=,.@-]{1,64})$")
+ROUTING_KEYS = ("recipe", *STICKY_PARAMETERS)
+_REFUSED_PARAMETER = re.compile(r"^plugins\[\d+\]\.parameters\.(?P<name>\w+): \S+ (?P<why>.*)$")
 JWT_KEYS = ("name", "issuer", "jwksUri", "audiences", "requiredClaims")
 CLAIM_KEYS = ("name", "valueType", "values")
 POD_DEFAULT_KEYS = ("resources", "nodeSelector", "tolerations", "affinity", "labels", "annotations", "env", "envFrom")
@@ -167,6 +175,7 @@ class _Parser:
         platform = parse_platform(top, self.coerce)
         namespace = top.leaf("namespace", self.coerce.string(_dns_label_message), DEFAULT_NAMESPACE)
         weights = self.weights(top.child("weights"))
+        routing = self.routing(top, "routing")
         cluster = self.cluster(top.child("cluster"), stack, platform)
         hyperpod, gpu_nodes = None, None
         if platform == "hyperpod":
@@ -178,12 +187,15 @@ class _Parser:
         top.reject_below("models", "a list, set entry by entry with `pulumi config set --path 'models[0].<field>' <value>`")
         gateway_node = top.child("gateway")
         implementation = self.implementation(gateway_node, platform)
-        models = self.models(top.raw("models"), weights, implementation)
+        if routing:
+            self.routing_rules("routing", routing, {}, implementation)
+        models = self.models(top.raw("models"), weights, routing, implementation)
         if hyperpod is not None:
             capacity_problems(hyperpod, models, self.problems)
         gateway = self.gateway(gateway_node, models, implementation, cluster)
         hf_token = self.hf_token(top, secret_keys)
         warnings = list(self.warnings(gateway, models, gpu_nodes))
+        warnings += security_warnings(gateway, cluster)
         if hyperpod is not None:
             warnings += hyperpod_warnings(hyperpod, models)
         if gateway.implementation == "hyperpod":
@@ -227,7 +239,8 @@ class _Parser:
 
     # -- models ----------------------------------------------------------------------------
 
-    def models(self, raw: Any, gateway_weights: dict[str, int], implementation: str) -> tuple[ModelSettings, ...]:
+    def models(self, raw: Any, gateway_weights: dict[str, int], gateway_routing: dict[str, Any],
+               implementation: str) -> tuple[ModelSettings, ...]:
         if isinstance(raw, str):
             decoded = decode_json(raw)
             raw = decoded if decoded is not MISSING else raw
@@ -246,7 +259,7 @@ class _Parser:
                                                                  "(one per model); split the models over several stacks.")
         models = []
         for index, entry in enumerate(raw):
-            model = self.model(f"models[{index}]", entry, gateway_weights, implementation)
+            model = self.model(f"models[{index}]", entry, gateway_weights, gateway_routing, implementation)
             if model is not None:
                 models.append(model)
         self._unique(models, "name", "name", "each model's scheduler needs its own name.")
@@ -265,7 +278,8 @@ class _Parser:
             else:
                 first_index[value] = index
 
-    def model(self, key: str, entry: Any, gateway_weights: dict[str, int], implementation: str) -> ModelSettings | None:
+    def model(self, key: str, entry: Any, gateway_weights: dict[str, int], gateway_routing: dict[str, Any],
+              implementation: str) -> ModelSettings | None:
         if not isinstance(entry, dict):
             self.problems.add(key, entry, "must be an object with at least `name` and `model`.")
             return None
@@ -297,6 +311,7 @@ class _Parser:
         extra_args = node.leaf("extraArgs", c.string_list(c.string(_managed_flag_message)), ())
         scheduler = node.leaf("scheduler", c.choice(("llm-d", "epp")), default_of(ModelSettings, "scheduler"))
         own_weights = self.weights(node.child("weights"))
+        own_routing = self.routing(node, "routing")
         config_map = self.picker_config_map(node) if "pickerConfigMap" in entry else None
         loras = node.leaf("loraAdapters", c.string_list(c.string(_model_name_message), max_items=MAX_LORA_ADAPTERS,
                                                         unique=True), ())
@@ -310,6 +325,11 @@ class _Parser:
                               f"cannot be combined with {where}: the ConfigMap is a full picker configuration "
                               "(CRD rule: weights and configMapRef are mutually exclusive). Put the weights in the "
                               "ConfigMap, or remove pickerConfigMap.")
+        routing = {**gateway_routing, **own_routing}
+        if own_routing:
+            self.routing_rules(f"{key}.routing", routing, gateway_routing, implementation)
+        if routing.get("recipe") == "sticky":
+            self.sticky_conflicts(key, own_routing, own_weights, weights, config_map)
         if lru_conflict(scheduler, weights):
             where = f"{key}.weights.lru" if "lru" in own_weights else "weights.lru (gateway-wide)"
             self.problems.add(f"{key}.scheduler", scheduler,
@@ -324,7 +344,89 @@ class _Parser:
             memory=memory, port=port,
             max_model_len=max_model_len, gpu_memory_utilization=gpu_memory, extra_args=extra_args,
             scheduler=scheduler, weights=frozen_mapping(weights), picker_config_map=config_map,
+            routing=RoutingSettings(routing.get("recipe", default_of(RoutingSettings, "recipe")),
+                                    frozen_mapping({n: v for n, v in routing.items() if n != "recipe"})),
             lora_adapters=loras, picker_replicas=picker_replicas, route_timeout=route_timeout, log_level=log_level)
+
+    # -- routing recipe ----------------------------------------------------------------------
+
+    def routing(self, parent: ConfigNode, name: str) -> dict[str, Any]:
+        """The routing fields set at one level (stack-wide or a model's), each checked alone:
+        `routing: sticky` is short for `routing.recipe: sticky`."""
+        value = parent.raw(name)
+        if isinstance(value, str) and decode_json(value) is MISSING:
+            parent.reject_below(name, "set as a recipe name here; set the recipe as routing.recipe instead")
+            recipe = self.coerce.choice(ROUTING_RECIPES)(parent.child_key(name), value)
+            return {} if recipe is MISSING else {"recipe": recipe}
+        node = parent.child(name)
+        node.reject_unknown(ROUTING_KEYS)
+        fields = {}
+        recipe = node.leaf("recipe", self.coerce.choice(ROUTING_RECIPES), MISSING)
+        if recipe is not MISSING:
+            fields["recipe"] = recipe
+        for parameter in STICKY_PARAMETERS:
+            value = node.leaf(parameter, self.sticky_number, MISSING)
+            if value is not MISSING:
+                fields[parameter] = value
+        return fields
+
+    def sticky_number(self, key: str, value: Any) -> Any:
+        number = finite_number(value)
+        if number is MISSING:
+            self.problems.add(key, value, f"must be a number, e.g. `pulumi config set --path {key} "
+                                          f"{STICKY_PARAMETERS[key.rsplit('.', 1)[-1]]:g}` (upstream's default).")
+            return MISSING
+        return int(number) if number.is_integer() else number
+
+    def routing_rules(self, key: str, routing: dict[str, Any], inherited: dict[str, Any], implementation: str) -> None:
+        """What a routing block (`key`, merged over the stack-wide `inherited`) may not do."""
+        recipe = routing.get("recipe", default_of(RoutingSettings, "recipe"))
+        parameters = {name: value for name, value in routing.items() if name != "recipe"}
+        own = {name for name, value in routing.items() if inherited.get(name, MISSING) != value}
+
+        def where(name: str) -> str:
+            return f"{key}.{name}" if name in own or not inherited else f"routing.{name}"
+
+        if recipe == "sticky" and implementation == "hyperpod" and "recipe" in own:
+            self.problems.add(where("recipe"), recipe,
+                              "runs only on gateway.implementation llm-d: HyperPod's gateway exposes scorer weights "
+                              "(spec.schedulers[].weights), not filters, and AWS does not publish which llm-d release "
+                              "its picker runs. Keep the weights recipe, or put the sticky plugins in a "
+                              "models[].pickerConfigMap.file written for the release you know yours runs (predict "
+                              "follows that file).")
+            return
+        if recipe != "sticky":
+            for name in sorted(set(parameters) & own):
+                self.problems.add(where(name), parameters[name],
+                                  f"is a parameter of the sticky recipe, and {where('recipe')} is {recipe!r}. Set "
+                                  f"`pulumi config set --path {where('recipe')} sticky`, or remove it.")
+            return
+        if not parameters:
+            return
+        try:
+            load_endpoint_picker_config(render_sticky_picker_config(parameters))
+        except PickerConfigError as error:
+            # The loader names the filter's parameter first: `plugins[0].parameters.<name>: <value> <why>`.
+            refused = _REFUSED_PARAMETER.match(str(error))
+            if refused and refused["name"] in parameters:
+                self.problems.add(where(refused["name"]), parameters[refused["name"]], refused["why"])
+            else:
+                self.problems.add(key, routing, f"is refused as the llm-d router v0.10 refuses it: {error}")
+
+    def sticky_conflicts(self, key: str, own_routing: dict[str, Any], own_weights: dict[str, int],
+                         weights: dict[str, int], config_map: PickerConfigMap | None) -> None:
+        """The sticky recipe is a whole picker configuration: weights and a picker file would be ignored."""
+        recipe_key = f"{key}.routing.recipe" if "recipe" in own_routing else "routing.recipe"
+        if weights:
+            where = f"{key}.weights" if own_weights else "weights (stack-wide)"
+            self.problems.add(recipe_key, "sticky",
+                              f"does not read scorer weights, and {where} sets {', '.join(sorted(weights))}: the "
+                              "recipe's token-load scorer picks among the pods its filter keeps. Remove the weights, or "
+                              f"set `pulumi config set --path {recipe_key} weights`.")
+        if config_map is not None:
+            self.problems.add(recipe_key, "sticky",
+                              f"and {key}.pickerConfigMap are both whole picker configurations. Keep one: remove "
+                              "pickerConfigMap, or the recipe.")
 
     def open_source_picker_rules(self, key: str, entry: dict, scheduler: Any, own_weights: dict[str, int],
                                  weights: dict[str, int], config_map: PickerConfigMap | None,
@@ -393,9 +495,8 @@ class _Parser:
         if implementation == "llm-d":
             for hyperpod_only in sorted(node.names() & set(HYPERPOD_GATEWAY_KEYS)):
                 self.problems.add(f"gateway.{hyperpod_only}", node.structured.get(hyperpod_only, node.flat.get(hyperpod_only)),
-                                  "configures the HyperPod Inference Gateway (its InferenceGatewayConfig or add-on); "
-                                  "gateway.implementation llm-d has no such setting: its Gateway listens on HTTP behind "
-                                  "an internal load balancer. Remove it, or use platform hyperpod.")
+                                  "configures the HyperPod Inference Gateway (its InferenceGatewayConfig or add-on), "
+                                  "which gateway.implementation llm-d does not run. Remove it, or use platform hyperpod.")
         bbr_raw = node.leaf("bbr", self._bbr, "auto")
         if bbr_raw == "auto":
             bbr = len(models) > 1
@@ -411,8 +512,11 @@ class _Parser:
             self.problems.add("gateway.tls", tls, "cannot be off: every HyperPod gateway terminates TLS, and the "
                                                   "controller rejects a gateway without spec.tls. Use auto (cert-manager "
                                                   "issues a certificate, imported to ACM) or an ACM certificate ARN.")
-        tls_arn = "" if tls in ("auto", "off", MISSING) else tls
+        tls_arn = None if tls == "off" else "" if tls in ("auto", MISSING) else tls
+        # One parse for both implementations: HyperPod's auth.jwt.provider and the Istio objects
+        # on the llm-d Gateway are rendered from the same JwtSettings.
         jwt = self.jwt(node.child("jwt")) if "jwt" in node.names() else None
+        network_policy = self.network_policy(node.child("networkPolicy"))
         metrics = node.leaf("metrics", c.boolean, None)
         pod_defaults = self.pod_defaults(node) if "podDefaults" in node.names() else None
         install_addon = self.install_addon(node, cluster) if implementation == "hyperpod" else False
@@ -424,17 +528,39 @@ class _Parser:
                                   default_of(GatewaySettings, "addon_version"))
         load_balancer = node.leaf("loadBalancerController", c.boolean,
                                   default_of(GatewaySettings, "load_balancer_controller"))
+        if implementation == "llm-d" and tls_arn and load_balancer is False:
+            self.problems.add("gateway.tls", tls, "is an ACM certificate, which the NLB terminates, and "
+                                                  "gateway.loadBalancerController is false, so no NLB is made. Use auto "
+                                                  "(the Gateway terminates TLS with a certificate from the stack's "
+                                                  "private CA), or remove gateway.loadBalancerController.")
         keda = node.leaf("keda", c.boolean, default_of(GatewaySettings, "keda"))
         gated = node.leaf("gatedModelAccess", c.boolean, default_of(GatewaySettings, "gated_model_access"))
         execution_role = node.leaf("executionRoleArn", c.string(_execution_role_message), None)
         dependency_versions = self.dependency_addon_versions(node.child("dependencyAddonVersions"))
         return GatewaySettings(name=name, implementation=implementation, bbr_enabled=bbr is True,
-                               bbr_replicas=bbr_replicas, tls_acm_arn=tls_arn if implementation == "hyperpod" else None, jwt=jwt, metrics=metrics,
+                               bbr_replicas=bbr_replicas, tls_acm_arn=tls_arn, jwt=jwt,
+                               network_policy=network_policy, metrics=metrics,
                                pod_defaults=pod_defaults, install_addon=install_addon, addon_version=addon_version,
                                load_balancer_controller=load_balancer is not False, keda=keda is True,
                                gated_model_access=gated is True,
                                execution_role_arn=execution_role if isinstance(execution_role, str) else None,
                                dependency_addon_versions=dependency_versions)
+
+    def network_policy(self, node: ConfigNode) -> NetworkPolicySettings:
+        node.reject_unknown(NETWORK_POLICY_KEYS)
+        c = self.coerce
+        enabled = node.leaf("enabled", c.boolean, default_of(NetworkPolicySettings, "enabled"))
+        monitoring = node.leaf("monitoringNamespace", c.string(_dns_label_message),
+                               default_of(NetworkPolicySettings, "monitoring_namespace"))
+        cidrs = node.leaf("apiServerCidrs", c.string_list(c.string(_cidr_message), unique=True), ())
+        if enabled is False:
+            for only_with_policies in sorted(node.names() - {"enabled"}):
+                self.problems.add(node.child_key(only_with_policies), node.raw(only_with_policies),
+                                  "says what the NetworkPolicies admit, and gateway.networkPolicy.enabled is false. "
+                                  "Remove it, or turn the policies back on.")
+        return NetworkPolicySettings(enabled=enabled is not False,
+                                     monitoring_namespace=monitoring if isinstance(monitoring, str) else "",
+                                     api_server_cidrs=cidrs if isinstance(cidrs, tuple) else ())
 
     def dependency_addon_versions(self, node: ConfigNode) -> Mapping[str, str]:
         """The pinned versions, raised where the user asks (EKS offers each version only for some
@@ -643,13 +769,6 @@ class _Parser:
     def warnings(self, gateway: GatewaySettings, models: tuple[ModelSettings, ...],
                  gpu_nodes: GpuNodeSettings | None) -> tuple[str, ...]:
         warnings = []
-        if gateway.implementation == "llm-d":
-            warnings.append("the llm-d gateway authenticates nobody: anyone who can reach its internal load balancer "
-                            "can use the models. This stack has no key for it; add request authentication to the "
-                            "Gateway yourself (an Istio RequestAuthentication) or use the HyperPod gateway's gateway.jwt.")
-        elif gateway.jwt is None:
-            warnings.append("gateway.jwt is not set: the gateway authenticates nobody, and anyone who can reach it "
-                            "can use the models. Set gateway.jwt.issuer, gateway.jwt.jwksUri and gateway.jwt.audiences.")
         if gateway.implementation == "hyperpod" and gateway.tls_acm_arn == "" and not gateway.install_addon:
             warnings.append("gateway.tls is auto: the controller has cert-manager issue the certificate and imports it "
                             "to ACM, which needs cert-manager in the cluster and the add-on's roles; with "
@@ -763,8 +882,9 @@ def _claim_value_message(value: str) -> str | None:
 def _tls_message(value: str) -> str | None:
     if value in ("off", "auto") or ACM_ARN.match(value):
         return None
-    return ("must be auto (a certificate issued by cert-manager and imported to ACM) or an ACM certificate "
-            "ARN such as arn:aws:acm:us-west-2:123456789012:certificate/<id>.")
+    return ("must be auto (a certificate cert-manager issues: imported to ACM on HyperPod, from the stack's "
+            "private CA on llm-d), an ACM certificate ARN such as "
+            "arn:aws:acm:us-west-2:123456789012:certificate/<id>, or off (llm-d only).")
 
 
 def _addon_version_key(version: str) -> tuple[int, ...]:

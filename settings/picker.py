@@ -9,7 +9,8 @@ from typing import Any
 
 import yaml
 
-from settings.picker_config import endpoint_picker_config_yaml, render_endpoint_picker_config
+from settings.picker_config import (endpoint_picker_config_yaml, render_endpoint_picker_config,
+                                    render_sticky_picker_config)
 
 from .model import ModelSettings
 
@@ -19,6 +20,13 @@ def endpoint_picker_config(model: ModelSettings) -> dict[str, Any] | None:
     if model.picker_config_map is not None:
         text = model.picker_config_map.text
         return yaml.safe_load(text) if text is not None else None
+    return rendered_picker_config(model)
+
+
+def rendered_picker_config(model: ModelSettings) -> dict[str, Any]:
+    """The configuration the stack renders for a model without a picker file: its recipe's."""
+    if model.routing.recipe == "sticky":
+        return render_sticky_picker_config(model.routing.parameters)
     return render_endpoint_picker_config(model.effective_weights)
 
 
@@ -27,4 +35,4 @@ def endpoint_picker_config_text(model: ModelSettings) -> str | None:
     stable YAML (its hash decides when the picker restarts)."""
     if model.picker_config_map is not None:
         return model.picker_config_map.text
-    return endpoint_picker_config_yaml(render_endpoint_picker_config(model.effective_weights))
+    return endpoint_picker_config_yaml(rendered_picker_config(model))

@@ -1,7 +1,8 @@
 """The endpoint picker's configuration, as the llm-d router v0.10 reads it: `EndpointPickerConfig`.
 
 One config drives both sides: the Pulumi program renders it from the stack's weights
-(`render_endpoint_picker_config`) for the picker it deploys, and the routing toolkit loads it
+(`render_endpoint_picker_config`) or its sticky recipe (`render_sticky_picker_config`) for the
+picker it deploys, and the routing toolkit loads it
 (`load_endpoint_picker_config`) to build its picker model plugin by plugin. Loading follows
 upstream's config loader (LDR pkg/epp/config/loader/{configloader,defaults,validation}.go and
 each plugin's factory @v0.10.0): what it refuses is refused here with the place, the value and
@@ -23,7 +24,7 @@ __all__ = [
     "API_VERSION", "DEPRECATED_API_VERSION", "KIND", "WEIGHT_PLUGIN_TYPES", "MODELLED_TYPES", "KNOWN_TYPES",
     "PickerConfigError", "Parameter", "PluginSpec", "ProfilePlugin", "SchedulingProfile", "EndpointPickerConfig",
     "load_endpoint_picker_config", "render_endpoint_picker_config", "endpoint_picker_config_yaml", "plugin_role",
-    "plugin_parameters", "token_backend",
+    "plugin_parameters", "token_backend", "render_sticky_picker_config", "STICKY_PARAMETERS",
 ]
 
 API_VERSION = "llm-d.ai/v1alpha1"
@@ -44,6 +45,16 @@ NO_HIT_LRU = "no-hit-lru-scorer"
 MAX_SCORE_PICKER = "max-score-picker"
 SINGLE_PROFILE_HANDLER = "single-profile-handler"
 TOKEN_PRODUCER = "token-producer"
+AFFINITY_FILTER = "prefix-cache-affinity-filter"
+TOKEN_LOAD = "token-load-scorer"
+ACTIVE_REQUEST = "active-request-scorer"
+INFLIGHT_PRODUCER = "inflight-load-producer"
+PREDICTED_LATENCY_PRODUCER = "predicted-latency-producer"
+# The producers of prefix match info (each one's Produces()@v0.10.0).
+PREFIX_MATCH_PRODUCERS = frozenset({PREFIX_PRODUCER, "precise-prefix-cache-producer", "burst-prefix-cache-producer",
+                                    "multicluster-approx-prefix-cache-producer"})
+# The filter's ttftSource values (prefixcacheaffinity/plugin.go@v0.10.0).
+PREFILL_THROUGHPUT, LATENCY_PREDICTOR = "prefillThroughput", "latencyPredictor"
 
 # HyperPod InferenceGatewayConfig weight -> the scorer that runs it (open-source-picker.md 3.2).
 # predictedLatency has none here: see render_endpoint_picker_config.
@@ -156,6 +167,29 @@ _ESTIMATE_FIELDS = (
                             example="4096"))),
 )
 
+_INFLIGHT_NAME = Parameter("inFlightLoadProducerName", str, "", "which in-flight-load producer's counts to read")
+
+# filter/prefixcacheaffinity/plugin.go@v0.10.0 Config and DefaultConfig, in the struct's order.
+_AFFINITY_FILTER_PARAMETERS = (
+    Parameter("affinityThreshold", float, 0.80, "share of the request's prefix blocks a pod must hold to count as "
+              "sticky; <= 0 turns the filter off"),
+    Parameter("explorationProbability", float, 0.0, "chance, per pick, of skipping the filter and keeping every pod"),
+    Parameter("maxTTFTPenaltyMs", float, 18000.0, "how much longer (estimated TTFT, ms) the best sticky pod may take "
+              "than the best other pod before stickiness breaks; 0 always sticks"),
+    Parameter("ttftSource", str, PREFILL_THROUGHPUT, "where the load gate reads each pod's TTFT",
+              choices=(PREFILL_THROUGHPUT, LATENCY_PREDICTOR), example=PREFILL_THROUGHPUT),
+    Parameter("peakPrefillThroughput", float, 15928.0, "a pod's prefill tokens per second: estimated TTFT = in-flight "
+              "tokens / this x 1000 ms"),
+    _PRODUCER_NAME,
+    Parameter("latencyPredictionInfoProducerName", str, "", "which latency predictor's TTFT to read"),
+    _INFLIGHT_NAME,
+)
+# The sticky recipe's parameters (the filter's), with upstream's defaults, in the order a stack lists them.
+_FILTER_DEFAULTS = {parameter.key: parameter.default for parameter in _AFFINITY_FILTER_PARAMETERS}
+STICKY_PARAMETERS: Mapping[str, float] = MappingProxyType({
+    key: _FILTER_DEFAULTS[key]
+    for key in ("maxTTFTPenaltyMs", "peakPrefillThroughput", "affinityThreshold", "explorationProbability")})
+
 # Every plugin type LDR v0.10.0 registers (cmd/epp/runner/runner.go registerInTreePlugins), by role.
 # Parameters are listed for the types this toolkit models; the others load (their parameters
 # unchecked) and are refused by the picker model when they would take part in a pick.
@@ -180,6 +214,29 @@ _MODELLED: dict[str, _PluginType] = {
         Parameter("maxNumOfEndpoints", int, 1, "endpoints returned, best first; the request goes to the first"),
     )),
     SINGLE_PROFILE_HANDLER: _PluginType("profile-handler"),
+    AFFINITY_FILTER: _PluginType("filter", _AFFINITY_FILTER_PARAMETERS),
+    TOKEN_LOAD: _PluginType("scorer", (  # scorer/tokenload/token_load.go Config
+        Parameter("queueThresholdTokens", int, 4194304, "in-flight tokens at which a pod scores 0; <= 0 means "
+                  "4194304 (128 requests of 32K tokens)"),
+        _INFLIGHT_NAME,
+    )),
+    ACTIVE_REQUEST: _PluginType("scorer", (  # scorer/activerequest/active_request.go Parameters
+        Parameter("requestTimeout", str, "", "deprecated, never read", example="30s"),
+        Parameter("idleThreshold", int, 0, "in-flight requests at or below which a pod counts as idle and scores 1; "
+                  "< 0 means 0"),
+        Parameter("maxBusyScore", float, 1.0, "the best score a busy pod can get, 0..1 (outside it: 1)"),
+        _INFLIGHT_NAME,
+    )),
+    INFLIGHT_PRODUCER: _PluginType("producer", (  # dataproducer/inflightload/producer.go Config
+        Parameter("addEstimatedOutputTokens", bool, False, "count an estimate of each request's output tokens too, "
+                  "until it ends"),
+        Parameter("outputRatio", float, 1.5, "estimated output tokens per input token, >= 0"),
+        Parameter("maxEstimatedOutputTokens", int, None, "a cap on the estimated output tokens, >= 0 (unset: none)",
+                  example="4096"),
+        Parameter("prefixMatchInfoProducerName", str, "", "which prefix producer's match info discounts cached tokens"),
+        Parameter("syncCrossReplicaState", bool, True, "share the counts across picker replicas when a "
+                  "cross-replica syncer is configured"),
+    )),
     # dataproducer/tokenizer/tokenizer.go tokenizerPluginConfig. The model hashes what the
     # `estimate` backend (the one used with no tokenizer) produces, its media estimates
     # included; the picker model refuses the vllm and uds backends, which count real tokens.
@@ -201,13 +258,13 @@ def _roles(role: str, *names: str, alpha: tuple[str, ...] = (), deprecated: tupl
 _NOT_MODELLED: dict[str, _PluginType] = {
     **_roles("filter", "label-selector-filter", "by-label-selector", "by-label", "encode-filter", "decode-filter",
              "prefill-filter", "session-affinity-filter", "endpoint-attribute-filter", "topology-affinity-filter",
-             "utilization-filter", "multicluster-session-affinity-filter", "prefix-cache-affinity-filter",
-             "slo-headroom-tier-filter", "header-based-testing-filter",
+             "utilization-filter", "multicluster-session-affinity-filter", "slo-headroom-tier-filter",
+             "header-based-testing-filter",
              alpha=("session-affinity-filter", "endpoint-attribute-filter", "topology-affinity-filter",
                     "utilization-filter", "multicluster-session-affinity-filter"),
              deprecated=("by-label-selector", "by-label")),
     **_roles("scorer", "load-aware-scorer", "context-length-aware", "session-affinity-scorer",
-             "header-label-affinity-scorer", "token-load-scorer", "active-request-scorer", "precise-prefix-cache-scorer",
+             "header-label-affinity-scorer", "precise-prefix-cache-scorer",
              "mm-embeddings-cache-scorer", "endpoint-attribute-scorer", "topology-affinity-scorer",
              "multicluster-queue-scorer", "multicluster-kv-cache-utilization-scorer",
              "multicluster-prefix-cache-scorer", "latency-scorer",
@@ -221,7 +278,7 @@ _NOT_MODELLED: dict[str, _PluginType] = {
              deprecated=("disagg-headers-handler", "prefill-header-handler", "pd-profile-handler")),
     **_roles("decider", "always-disagg-pd-decider", "prefix-based-pd-decider", "always-disagg-multimodal-decider"),
     **_roles("producer", "precise-prefix-cache-producer", "burst-prefix-cache-producer", "p2p-source-producer",
-             "multicluster-approx-prefix-cache-producer", "inflight-load-producer", "predicted-latency-producer",
+             "multicluster-approx-prefix-cache-producer", PREDICTED_LATENCY_PRODUCER,
              "tokenizer", "mm-embeddings-cache-producer", "session-id-producer",
              alpha=("burst-prefix-cache-producer", "p2p-source-producer", "multicluster-approx-prefix-cache-producer"),
              deprecated=("tokenizer",)),
@@ -348,7 +405,7 @@ def load_endpoint_picker_config(source: str | bytes | Mapping[str, Any]) -> Endp
     plugins = _plugins(document.get("plugins"), warnings)
     profiles = _profiles(document.get("schedulingProfiles"), plugins, warnings)
     plugins, profiles = _apply_system_defaults(plugins, profiles, warnings)
-    _check_prefix_producers(plugins, warnings)
+    _check_producers(plugins, warnings)
     return EndpointPickerConfig(api_version=api_version, plugins=tuple(plugins.values()),
                                 scheduling_profiles=profiles, feature_gates=MappingProxyType(feature_gates),
                                 warnings=tuple(warnings))
@@ -576,10 +633,77 @@ def _check_plugin_parameters(plugin_type: str, values: dict[str, Any], written: 
         if weight > 0.0 and values["matchLengthScaleTokens"] <= 0:
             raise PickerConfigError(f"{where}.parameters.matchLengthScaleTokens: {values['matchLengthScaleTokens']} "
                                     "with matchLengthWeight > 0; it must be > 0, e.g. 8192")
+    elif plugin_type == AFFINITY_FILTER:
+        _check_affinity_filter(values, where, warnings)
+    elif plugin_type == TOKEN_LOAD:
+        # scorer/tokenload/token_load.go TokenLoadScorerFactory@v0.10.0.
+        if values["queueThresholdTokens"] <= 0:
+            warnings.append(f"{where}.parameters.queueThresholdTokens {values['queueThresholdTokens']} is not "
+                            "positive; upstream uses 4194304 instead")
+            values["queueThresholdTokens"] = _default_of(TOKEN_LOAD, "queueThresholdTokens")
+    elif plugin_type == ACTIVE_REQUEST:
+        # scorer/activerequest/active_request.go NewActiveRequest@v0.10.0: out-of-range values are
+        # replaced (and logged), not refused.
+        if values["requestTimeout"]:
+            warnings.append(f"{where}.parameters.requestTimeout is deprecated and ignored; the in-flight-load "
+                            "producer tracks requests until they end")
+        if values["idleThreshold"] < 0:
+            warnings.append(f"{where}.parameters.idleThreshold {values['idleThreshold']} is negative; upstream uses 0")
+            values["idleThreshold"] = 0
+        if not 0.0 <= values["maxBusyScore"] <= 1.0:
+            warnings.append(f"{where}.parameters.maxBusyScore {values['maxBusyScore']:g} is outside 0..1; upstream "
+                            "ignores it and uses 1.0")
+            values["maxBusyScore"] = 1.0
+    elif plugin_type == INFLIGHT_PRODUCER:
+        # dataproducer/inflightload/producer.go InFlightLoadProducerFactory@v0.10.0.
+        for key, example in (("outputRatio", "1.5"), ("maxEstimatedOutputTokens", "4096")):
+            if values[key] is not None and values[key] < 0:
+                raise PickerConfigError(f"{where}.parameters.{key}: {values[key]:g} is negative, which the "
+                                        f"{INFLIGHT_PRODUCER} factory refuses ({key} must be non-negative); set "
+                                        f"{key}: {example} or leave it out")
     elif plugin_type == TOKEN_PRODUCER:
         _check_token_backend(values, where)
         if values["estimate"] is not None:
             _check_choices(_ESTIMATE_FIELDS, values["estimate"], f"{where}.parameters.estimate")
+
+
+def _check_affinity_filter(values: Mapping[str, Any], where: str, warnings: list[str]) -> None:
+    """prefixcacheaffinity/plugin.go Config.validate@v0.10.0, check by check in its order."""
+    threshold, exploration = values["affinityThreshold"], values["explorationProbability"]
+    penalty, peak, source = values["maxTTFTPenaltyMs"], values["peakPrefillThroughput"], values["ttftSource"]
+    name = f"the {AFFINITY_FILTER} factory"
+    if threshold > 1.0:
+        raise PickerConfigError(f"{where}.parameters.affinityThreshold: {threshold:g} is above 1.0, which {name} "
+                                "refuses; it is the share of the request's prefix blocks a pod must hold to be "
+                                "sticky: use e.g. 0.8 (the default), or 0 to turn the filter off")
+    if not 0.0 <= exploration <= 1.0:
+        raise PickerConfigError(f"{where}.parameters.explorationProbability: {exploration:g} is outside [0, 1], which "
+                                f"{name} refuses; it is the chance of skipping the filter per pick: use e.g. 0.01, "
+                                "or 0 (the default) never to skip it")
+    if penalty < 0:
+        raise PickerConfigError(f"{where}.parameters.maxTTFTPenaltyMs: {penalty:g} is negative, which {name} refuses; "
+                                "use 0 to always stick, or the milliseconds of extra TTFT stickiness may cost, e.g. "
+                                "18000 (the default)")
+    if peak < 0:
+        raise PickerConfigError(f"{where}.parameters.peakPrefillThroughput: {peak:g} is negative, which {name} "
+                                "refuses; use the pods' prefill tokens per second (`calibrate` measures it), e.g. "
+                                "15928 (the default)")
+    if source not in (PREFILL_THROUGHPUT, LATENCY_PREDICTOR):
+        raise PickerConfigError(f"{where}.parameters.ttftSource: {_shown(source)} is not a TTFT source {name} "
+                                f"accepts; use {PREFILL_THROUGHPUT} (in-flight tokens / peakPrefillThroughput, the "
+                                f"default) or {LATENCY_PREDICTOR}")
+    if source == PREFILL_THROUGHPUT and penalty > 0 and peak == 0:
+        raise PickerConfigError(f"{where}.parameters.peakPrefillThroughput: 0 with the TTFT load gate on, which "
+                                f"{name} refuses (it must be > 0 when ttftSource is {PREFILL_THROUGHPUT}: the gate "
+                                "divides in-flight tokens by it); set the pods' prefill tokens per second "
+                                "(`calibrate` measures it, e.g. 15928) or maxTTFTPenaltyMs: 0 to always stick")
+    if threshold <= 0:
+        warnings.append(f"{where}.parameters.affinityThreshold {threshold:g}: the filter keeps every pod "
+                        "(upstream turns it off at <= 0)")
+
+
+def _default_of(plugin_type: str, key: str) -> Any:
+    return next(parameter.default for parameter in _MODELLED[plugin_type].parameters if parameter.key == key)
 
 
 def token_backend(parameters: Mapping[str, Any]) -> str:
@@ -727,38 +851,99 @@ def _apply_system_defaults(plugins: dict[str, PluginSpec], profiles: list[Schedu
                 plugins[MAX_SCORE_PICKER] = _default_plugin(MAX_SCORE_PICKER, "added: a profile without a picker")
             profile = SchedulingProfile(profile.name, profile.plugins + (ProfilePlugin(shared_picker, None),))
         completed.append(profile)
-    _add_missing_producers(plugins, completed)
+    _add_missing_producers(plugins)
     return plugins, tuple(completed)
 
 
-def _add_missing_producers(plugins: dict[str, PluginSpec], profiles: list[SchedulingProfile]) -> None:
-    # A prefix-cache or no-hit-lru scorer reads the match info of the producer it names, by default
-    # one named approx-prefix-cache-producer: that one (only) is created with default parameters
-    # when absent, as the default producer of its data key.
-    for spec in list(plugins.values()):
-        if spec.type in (PREFIX, NO_HIT_LRU) and (spec.parameters["prefixMatchInfoProducerName"]
-                                                  or PREFIX_PRODUCER) == PREFIX_PRODUCER:
-            if PREFIX_PRODUCER not in plugins:
-                plugins[PREFIX_PRODUCER] = _default_plugin(PREFIX_PRODUCER, f"added: {spec.name} needs its match info")
+# The data plugins pass each other (LDR attribute/*/data_types.go@v0.10.0), by kind. A key is a
+# kind and the name of the plugin that makes it: a consumer's *ProducerName parameter names it,
+# by default the name of the kind's default producer.
+_MATCH_INFO, _IN_FLIGHT, _UNCACHED, _LATENCY = ("prefix match info", "in-flight load", "uncached request tokens",
+                                              "latency prediction")
+# runner.go RegisterAsDefaultProducer@v0.10.0: the producer upstream creates, with no parameters,
+# for a key some plugin requires and none makes. Uncached request tokens have none.
+_DEFAULT_PRODUCERS = {_MATCH_INFO: PREFIX_PRODUCER, _IN_FLIGHT: INFLIGHT_PRODUCER, _LATENCY: PREDICTED_LATENCY_PRODUCER}
+# The producer name a key has when its consumer names none.
+_DEFAULT_NAMES = {**_DEFAULT_PRODUCERS, _UNCACHED: INFLIGHT_PRODUCER}
+# What each producer type makes (its Produces()), under its own name.
+_PRODUCED_KINDS = {
+    **{producer: (_MATCH_INFO,) for producer in PREFIX_MATCH_PRODUCERS},
+    INFLIGHT_PRODUCER: (_IN_FLIGHT, _UNCACHED), PREDICTED_LATENCY_PRODUCER: (_LATENCY,)}
 
 
-def _check_prefix_producers(plugins: Mapping[str, PluginSpec], warnings: list[str]) -> None:
+def _required(spec: PluginSpec) -> list[tuple[str, str, str]]:
+    """The data `spec` cannot run without (its Consumes().Required): (kind, producer name, the
+    parameter naming the producer)."""
+    parameters = spec.parameters
+
+    def named(kind: str, key: str) -> tuple[str, str, str]:
+        return kind, parameters[key] or _DEFAULT_NAMES[kind], key
+
+    if spec.type in (PREFIX, NO_HIT_LRU):
+        return [named(_MATCH_INFO, "prefixMatchInfoProducerName")]
+    if spec.type == AFFINITY_FILTER:
+        # The load gate's source only when the gate is on (plugin.go Consumes).
+        gate = []
+        if parameters["maxTTFTPenaltyMs"] > 0 and parameters["ttftSource"] == LATENCY_PREDICTOR:
+            gate = [named(_LATENCY, "latencyPredictionInfoProducerName")]
+        elif parameters["maxTTFTPenaltyMs"] > 0:
+            gate = [named(_IN_FLIGHT, "inFlightLoadProducerName")]
+        return [named(_MATCH_INFO, "prefixMatchInfoProducerName"), *gate]
+    if spec.type == TOKEN_LOAD:
+        return [named(_IN_FLIGHT, "inFlightLoadProducerName"), named(_UNCACHED, "inFlightLoadProducerName")]
+    if spec.type == ACTIVE_REQUEST:
+        return [named(_IN_FLIGHT, "inFlightLoadProducerName")]
+    return []
+
+
+def _add_missing_producers(plugins: dict[str, PluginSpec]) -> None:
+    """data_graph.go CreateMissingDataProducers@v0.10.0: for every key a plugin requires and no
+    plugin makes, the kind's default producer is created with default parameters, under the
+    name the key gives. A key with no default producer, or naming another producer, stops the
+    picker from starting. The producers created here require only the token producer's tokens,
+    which upstream creates the same way; that one is left implicit: the picker model takes
+    upstream's default one when no plugin is named token-producer (endpoint_picker.py
+    _media_estimates), so one pass creates everything."""
+    made = {(kind, spec.name) for spec in plugins.values() for kind in _PRODUCED_KINDS.get(spec.type, ())}
+    missing: dict[tuple[str, str], tuple[PluginSpec, str]] = {}
     for spec in plugins.values():
-        if spec.type not in (PREFIX, NO_HIT_LRU):
-            continue
-        producer = spec.parameters["prefixMatchInfoProducerName"] or PREFIX_PRODUCER
-        where = f"{spec.origin}.parameters.prefixMatchInfoProducerName"
-        if producer not in plugins:
-            raise PickerConfigError(f"{where}: no plugin named {producer!r} produces prefix match info; declare it "
-                                    f"(type {PREFIX_PRODUCER} or precise-prefix-cache-producer) or leave the "
-                                    f"parameter out to use {PREFIX_PRODUCER}")
-        if plugins[producer].role != "producer":
-            warnings.append(f"{where}: {producer!r} is a {plugins[producer].role}, not a prefix producer; upstream "
-                            f"then finds no match info and {spec.name} scores every pod 0")
+        for kind, producer, parameter in _required(spec):
+            if (kind, producer) not in made:
+                missing.setdefault((kind, producer), (spec, parameter))
+    for (kind, producer), (consumer, parameter) in missing.items():
+        if _DEFAULT_PRODUCERS.get(kind) != producer:
+            raise PickerConfigError(_no_producer(kind, producer, consumer, parameter))
+        if producer not in plugins:  # a plugin of that name that makes something else: left alone
+            plugins[producer] = _default_plugin(producer, f"added: {consumer.name} needs its {kind}")
+
+
+def _no_producer(kind: str, producer: str, consumer: PluginSpec, parameter: str) -> str:
+    types = [name for name, kinds in _PRODUCED_KINDS.items() if kind in kinds]
+    if kind == _UNCACHED and producer == INFLIGHT_PRODUCER:
+        return (f"{consumer.origin}: {consumer.name} ({consumer.type}) reads the {kind} of a plugin named "
+                f"{producer!r}, and upstream creates no producer of those by default (the picker does not start); "
+                f"declare one: {{type: {INFLIGHT_PRODUCER}}}")
+    return (f"{consumer.origin}.parameters.{parameter}: no plugin named {producer!r} produces {kind}; declare it "
+            f"(type {' or '.join(types[:2])}) or leave the parameter out to use {_DEFAULT_PRODUCERS[kind]}")
+
+
+def _check_producers(plugins: Mapping[str, PluginSpec], warnings: list[str]) -> None:
+    """A key's name taken by a plugin that does not make it: upstream creates nothing there and the
+    consumer runs without the data."""
+    for spec in plugins.values():
+        for kind, producer, parameter in _required(spec):
+            if kind not in _PRODUCED_KINDS.get(plugins[producer].type, ()):
+                warnings.append(f"{spec.origin}.parameters.{parameter}: {producer!r} is a {plugins[producer].role} "
+                                f"({plugins[producer].type}), not a producer of {kind}; upstream then runs "
+                                f"{spec.name} without it{_WITHOUT.get(kind, '')}")
+
+
+# What a consumer does without the data (each plugin's Score / Filter@v0.10.0).
+_WITHOUT = {_MATCH_INFO: " (every prefix score 0)", _IN_FLIGHT: " (every pod counted idle)"}
 
 
 def _default_plugin(plugin_type: str, origin: str) -> PluginSpec:
-    parameters = {parameter.key: parameter.default for parameter in plugin_parameters(plugin_type) or ()}
+    parameters = {parameter.key: parameter.default for parameter in _PLUGIN_TYPES[plugin_type].parameters or ()}
     return PluginSpec(name=plugin_type, type=plugin_type, parameters=MappingProxyType(parameters), origin=origin)
 
 
@@ -819,6 +1004,40 @@ def render_endpoint_picker_config(weights: Mapping[str, Any]) -> dict[str, Any]:
         "schedulingProfiles": [{"name": DEFAULT_PROFILE, "plugins": refs + [{"pluginRef": MAX_SCORE_PICKER}]}],
     }
 
+
+def render_sticky_picker_config(parameters: Mapping[str, Any]) -> dict[str, Any]:
+    """The EndpointPickerConfig (llm-d.ai/v1alpha1) of upstream's "sticky until saturated" recipe.
+
+    The prefix-cache-affinity filter, with exactly the `parameters` given (each one of
+    STICKY_PARAMETERS; those left out take upstream's defaults in the picker), keeps a request on
+    the pods holding its prefix until their in-flight load would cost more than its TTFT penalty;
+    the token-load scorer (weight 1) and the max-score picker choose among the pods it keeps. The
+    producers they read are declared: the token-load scorer's uncached-tokens key has no default
+    producer, so upstream would not start without inflight-load-producer. One `default` profile,
+    plugins in a fixed order, so the text and its hash are stable. Values are written as given;
+    load_endpoint_picker_config refuses those upstream's factory refuses, naming the parameter.
+    """
+    unknown = [name for name in parameters if name not in STICKY_PARAMETERS]
+    if unknown:
+        problems = []
+        for name in unknown:
+            close = _closest(str(name), tuple(STICKY_PARAMETERS))
+            problems.append(f"{name}={parameters[name]!r}: not a parameter of the sticky recipe"
+                            + (f" (did you mean {close}?)" if close else ""))
+        raise PickerConfigError(f"sticky recipe: {'; '.join(problems)}; its parameters are "
+                                f"{', '.join(STICKY_PARAMETERS)}, e.g. maxTTFTPenaltyMs=5000")
+    affinity_filter: dict[str, Any] = {"type": AFFINITY_FILTER}
+    given = {name: parameters[name] for name in STICKY_PARAMETERS if name in parameters}
+    if given:
+        affinity_filter["parameters"] = given
+    return {
+        "apiVersion": API_VERSION,
+        "kind": KIND,
+        "plugins": [affinity_filter, {"type": TOKEN_LOAD}, {"type": PREFIX_PRODUCER}, {"type": INFLIGHT_PRODUCER},
+                    {"type": MAX_SCORE_PICKER}, {"type": SINGLE_PROFILE_HANDLER}],
+        "schedulingProfiles": [{"name": DEFAULT_PROFILE, "plugins": [
+            {"pluginRef": AFFINITY_FILTER}, {"pluginRef": TOKEN_LOAD, "weight": 1}, {"pluginRef": MAX_SCORE_PICKER}]}],
+    }
 
 
 def endpoint_picker_config_yaml(document: Mapping[str, Any]) -> str:

@@ -151,6 +151,19 @@ class ConfigNode:
 NAMESPACE_PREFIX = f"{NAMESPACE}:"
 
 
+def finite_number(value: Any) -> Any:
+    """A config value (a number, or a string holding one) as a finite float, else MISSING."""
+    number: Any = MISSING
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        number = float(value)
+    elif isinstance(value, str):
+        try:
+            number = float(value.strip())
+        except ValueError:
+            return MISSING
+    return number if number is not MISSING and math.isfinite(number) else MISSING
+
+
 class Coerce:
     """Coercions from a raw config value to a typed one; each reports its own problem and returns MISSING."""
 
@@ -182,15 +195,8 @@ class Coerce:
 
     def number(self, above: float, at_most: float, hint: str = "") -> Callable[[str, Any], Any]:
         def coerce(key: str, value: Any) -> Any:
-            number: Any = MISSING
-            if isinstance(value, (int, float)) and not isinstance(value, bool):
-                number = float(value)
-            elif isinstance(value, str):
-                try:
-                    number = float(value.strip())
-                except ValueError:
-                    number = MISSING
-            if number is MISSING or not math.isfinite(number) or not above < number <= at_most:
+            number = finite_number(value)
+            if number is MISSING or not above < number <= at_most:
                 return self._fail(key, value, f"must be a number greater than {above:g} and at most {at_most:g}.{hint}")
             return number
 

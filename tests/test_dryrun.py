@@ -67,7 +67,7 @@ def test_the_listing_groups_what_a_person_reviews_and_marks_what_only_aws_knows(
     assert [h.split(" (")[0] for h in headings] == [
         "== Warnings the program logs", "== AWS resources", "== Helm charts", "== Kubernetes manifests from files",
         "== Kubernetes objects", "== Providers", "== Components", "== Stack outputs"]
-    assert "  warning: the llm-d gateway authenticates nobody" in out
+    assert "  warning: gateway.jwt is not set: the gateway authenticates nobody" in out
     assert "  Deployment inference/vllm-qwen-small  (kubernetes:apps/v1:Deployment" in out
     assert ("  oci://ghcr.io/llm-d/charts/llm-d-router-gateway v0.10.0 from its OCI registry, "
             "release inference/qwen-small") in out

@@ -68,7 +68,7 @@ class Cluster(pulumi.ComponentResource):
     and, with `managed_nodes` (plain EKS), a small CPU node group for the gateway's own pods and
     the role GPU node groups join with. On HyperPod, instance groups take both jobs."""
 
-    def __init__(self, name: str, *, settings: ClusterSettings, managed_nodes: bool,
+    def __init__(self, name: str, *, settings: ClusterSettings, managed_nodes: bool, network_policy: bool,
                  opts: pulumi.ResourceOptions | None = None):
         super().__init__("inference-gateway:index:Cluster", name, None, opts)
         child = pulumi.ResourceOptions(parent=self)
@@ -98,6 +98,10 @@ class Cluster(pulumi.ComponentResource):
             endpoint_public_access=settings.endpoint_public_access,
             endpoint_private_access=settings.endpoint_private_access,
             public_access_cidrs=list(settings.public_access_cidrs) or None,
+            # pulumi-eks manages the vpc-cni EKS add-on (at EKS's default version for the cluster's
+            # Kubernetes release, 1.14 or newer from 1.25 on): this turns on its network policy
+            # agent, without which NetworkPolicies are accepted and never enforced.
+            vpc_cni_options=eks.VpcCniOptionsArgs(enable_network_policy=True) if network_policy else None,
             opts=child,
         )
         # What the rest of the stack waits for before it puts pods on the cluster.

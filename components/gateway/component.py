@@ -37,4 +37,6 @@ class Gateway(pulumi.ComponentResource):
         gateway_name = settings.gateway.name
         self.name = self.config.id.apply(lambda _: gateway_name)
         self.url_command = render.gateway_url_command(settings)
+        # The controller issues tls: {} certificates itself; AWS does not document from which CA.
+        self.ca_command = None
         self.register_outputs({"name": self.name})

@@ -1,5 +1,6 @@
 """The Gateway API data plane the open-source pickers sit behind: CRDs, Istio, the AWS Load
-Balancer Controller, one Gateway, and body-based routing when several models share it."""
+Balancer Controller, one Gateway with its TLS (cert-manager and the stack's CA on auto) and its
+request authentication (gateway.jwt), and body-based routing when several models share it."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import pulumi
 import pulumi_aws as aws
 import pulumi_kubernetes as k8s
 
+from components.cert_manager import PrivateCertificateAuthority
 from components.iam import render as iam
 from components.iam.role import service_account_role
 from settings import Settings
@@ -40,6 +42,9 @@ class GatewayApiDataPlane(pulumi.ComponentResource):
             gateway_needs.append(self._load_balancer_controller(
                 name, cluster_name=cluster_name, region=region, vpc_id=vpc_id, oidc_provider_arn=oidc_provider_arn,
                 oidc_issuer_url=oidc_issuer_url, k8s_provider=k8s_provider, depends_on=depends_on))
+        if settings.gateway.tls_acm_arn == "":
+            gateway_needs.append(self._certificate(name, settings=settings, region=region, k8s_provider=k8s_provider,
+                                                   depends_on=depends_on))
         manifest = render.gateway_manifest(settings, internal_load_balancer=settings.gateway.load_balancer_controller)
         # After the controller: its webhook claims the Service Istio creates for the Gateway, and
         # on destroy the Gateway (and so that Service and its NLB) goes while the controller runs.
@@ -48,6 +53,14 @@ class GatewayApiDataPlane(pulumi.ComponentResource):
             metadata=manifest["metadata"], spec=manifest["spec"],
             opts=after_crds.merge(pulumi.ResourceOptions(depends_on=gateway_needs)))
         self.ready: list[pulumi.Resource] = [self.gateway, *crds]
+        if settings.gateway.jwt is not None:
+            # Istio's CRDs come with its base chart, and istiod's webhook validates them.
+            for key, policy in (("jwt", render.request_authentication(settings)),
+                                ("jwt-required", render.authorization_policy(settings))):
+                self.ready.append(k8s.apiextensions.CustomResource(
+                    f"{name}-{key}", api_version=policy["apiVersion"], kind=policy["kind"],
+                    metadata=policy["metadata"], spec=policy["spec"],
+                    opts=after_crds.merge(pulumi.ResourceOptions(depends_on=[base, istiod, self.gateway]))))
         if settings.gateway.bbr_enabled:
             self.ready.append(k8s.helm.v4.Chart(
                 f"{name}-bbr", chart=render.BBR_CHART, name=f"{settings.gateway.name}-bbr", version=render.BBR_VERSION,
@@ -55,9 +68,21 @@ class GatewayApiDataPlane(pulumi.ComponentResource):
                 opts=after_crds.merge(pulumi.ResourceOptions(depends_on=[istiod, self.gateway]))))
         gateway_name = settings.gateway.name
         self.name = self.gateway.id.apply(lambda _: gateway_name)
-        self.url_command = (f"kubectl get gateway {gateway_name} -n {settings.namespace} "
-                            "-o jsonpath='http://{.status.addresses[0].value}{\"\\n\"}'")
+        self.url_command = render.url_command(settings)
+        self.ca_command = render.ca_command(settings)
         self.register_outputs({"name": self.name})
+
+    def _certificate(self, name: str, *, settings: Settings, region: str, k8s_provider: k8s.Provider,
+                     depends_on: list[pulumi.Resource]) -> k8s.apiextensions.CustomResource:
+        """The Gateway's certificate from the stack's private CA; `pulumi up` waits until it is issued,
+        so the Gateway never starts without its Secret."""
+        authority = PrivateCertificateAuthority(f"{name}-ca", settings=settings, k8s_provider=k8s_provider,
+                                                depends_on=depends_on, opts=pulumi.ResourceOptions(parent=self))
+        certificate = render.gateway_certificate(settings, region=region, issuer=authority.issuer_name)
+        return k8s.apiextensions.CustomResource(
+            f"{name}-certificate", api_version=certificate["apiVersion"], kind=certificate["kind"],
+            metadata=certificate["metadata"], spec=certificate["spec"],
+            opts=pulumi.ResourceOptions(parent=self, provider=k8s_provider, depends_on=[*depends_on, *authority.ready]))
 
     def _load_balancer_controller(self, name: str, *, cluster_name, region, vpc_id, oidc_provider_arn, oidc_issuer_url,
                                   k8s_provider, depends_on) -> k8s.helm.v4.Chart:

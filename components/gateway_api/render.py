@@ -10,8 +10,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from components.cert_manager import render as cert_manager
 from components.iam.render import ServiceAccountRole
 from settings import Settings
+from settings.endpoints import gateway_scheme
 
 # Gateway API v1.5.1, standard channel: the version Istio's conformance run used.
 GATEWAY_API_CRDS = "https://github.com/kubernetes-sigs/gateway-api/releases/download/v1.5.1/standard-install.yaml"
@@ -56,6 +58,18 @@ INTERNAL_NLB = {
 
 # Istio's per-Gateway override of the Service type it provisions (LoadBalancer by default).
 IN_CLUSTER_ONLY = {"networking.istio.io/service-type": "ClusterIP"}
+# gateway.tls set to an ACM certificate: the controller's NLB terminates TLS on this port with it
+# and passes plain HTTP on to the Gateway's pods, inside the VPC.
+NLB_TLS_CERTIFICATE = "service.beta.kubernetes.io/aws-load-balancer-ssl-cert"
+NLB_TLS_PORTS = "service.beta.kubernetes.io/aws-load-balancer-ssl-ports"
+HTTP_PORT = 80
+HTTPS_PORT = 443
+# The Gateway's certificate: 90 days, renewed 30 days ahead by cert-manager, and reloaded by
+# Istio from the Secret as it changes.
+CERTIFICATE_DURATION = "2160h"
+CERTIFICATE_RENEW_BEFORE = "720h"
+# Istio's security API (Istio 1.30), attached to the Gateway by targetRefs.
+ISTIO_SECURITY_API = "security.istio.io/v1"
 
 
 def istiod_values() -> dict[str, Any]:
@@ -87,16 +101,45 @@ def load_balancer_controller_values(*, cluster_name: str, region: str, vpc_id: s
     }
 
 
+def service_name(settings: Settings) -> str:
+    """The Service (and Deployment) Istio provisions for the Gateway: `<gateway>-<class>`."""
+    return f"{settings.gateway.name}-{GATEWAY_CLASS}"
+
+
+def tls_secret_name(settings: Settings) -> str:
+    return f"{settings.gateway.name}-tls"
+
+
+def listener(settings: Settings) -> dict[str, Any]:
+    """The Gateway's one listener, by gateway.tls: TLS at the Gateway with the stack's certificate
+    (auto), TLS at the NLB (an ACM certificate: the Gateway gets HTTP on the same port), or none."""
+    arn = settings.gateway.tls_acm_arn
+    same_namespace = {"namespaces": {"from": "Same"}}
+    if arn is None:
+        return {"name": "http", "port": HTTP_PORT, "protocol": "HTTP", "allowedRoutes": same_namespace}
+    if arn:
+        return {"name": "https", "port": HTTPS_PORT, "protocol": "HTTP", "allowedRoutes": same_namespace}
+    return {"name": "https", "port": HTTPS_PORT, "protocol": "HTTPS", "allowedRoutes": same_namespace,
+            "tls": {"mode": "Terminate", "certificateRefs": [{"group": "", "kind": "Secret",
+                                                              "name": tls_secret_name(settings)}]}}
+
+
+def service_annotations(settings: Settings, *, internal_load_balancer: bool) -> dict[str, str]:
+    # Without the controller the Service stays in-cluster: EKS's built-in one would make it public.
+    if not internal_load_balancer:
+        return dict(IN_CLUSTER_ONLY)
+    annotations = dict(INTERNAL_NLB)
+    if settings.gateway.tls_acm_arn:
+        annotations.update({NLB_TLS_CERTIFICATE: settings.gateway.tls_acm_arn, NLB_TLS_PORTS: str(HTTPS_PORT)})
+    return annotations
+
+
 def gateway_manifest(settings: Settings, *, internal_load_balancer: bool) -> dict[str, Any]:
-    """One Gateway for every model: an HTTP listener, routes only from the models' namespace."""
-    spec: dict[str, Any] = {
-        "gatewayClassName": GATEWAY_CLASS,
-        "listeners": [{"name": "http", "port": 80, "protocol": "HTTP", "allowedRoutes": {"namespaces": {"from": "Same"}}}],
-    }
+    """One Gateway for every model: one listener, routes only from the models' namespace."""
+    spec: dict[str, Any] = {"gatewayClassName": GATEWAY_CLASS, "listeners": [listener(settings)]}
     # Istio copies these onto the Service it makes for the Gateway; the controller reads them
-    # only when the Service is created, so they are there from the start. Without the
-    # controller the Service stays in-cluster: EKS's built-in one would make it public.
-    spec["infrastructure"] = {"annotations": INTERNAL_NLB if internal_load_balancer else IN_CLUSTER_ONLY}
+    # only when the Service is created, so they are there from the start.
+    spec["infrastructure"] = {"annotations": service_annotations(settings, internal_load_balancer=internal_load_balancer)}
     return {
         "apiVersion": "gateway.networking.k8s.io/v1",
         "kind": "Gateway",
@@ -110,3 +153,79 @@ def bbr_values(settings: Settings) -> dict[str, Any]:
     if settings.gateway.bbr_replicas is not None:
         bbr["replicas"] = settings.gateway.bbr_replicas
     return {"provider": {"name": GATEWAY_CLASS}, "inferenceGateway": {"name": settings.gateway.name}, "bbr": bbr}
+
+
+def elb_wildcard(region: str) -> str:
+    """Every NLB name the controller can give the Gateway (`<name>-<id>.elb.<region>.<suffix>`, one
+    label before `.elb.`); its name is known only once AWS made it, after the certificate."""
+    suffix = "amazonaws.com.cn" if region.startswith("cn-") else "amazonaws.com"
+    return f"*.elb.{region}.{suffix}"
+
+
+def gateway_certificate(settings: Settings, *, region: str, issuer: str) -> dict[str, Any]:
+    """The Gateway's certificate from the stack's CA (gateway.tls auto): valid for the names
+    clients reach the Gateway by, the NLB's and the in-cluster Service's."""
+    service = service_name(settings)
+    names = [f"{service}.{settings.namespace}.svc.cluster.local", f"{service}.{settings.namespace}.svc"]
+    if settings.gateway.load_balancer_controller:
+        names.append(elb_wildcard(region))
+    return {
+        "apiVersion": cert_manager.API_VERSION,
+        "kind": "Certificate",
+        "metadata": {"name": tls_secret_name(settings), "namespace": settings.namespace,
+                     "annotations": cert_manager.READY},
+        "spec": {
+            "secretName": tls_secret_name(settings),
+            "dnsNames": names,
+            "duration": CERTIFICATE_DURATION,
+            "renewBefore": CERTIFICATE_RENEW_BEFORE,
+            "privateKey": {"algorithm": "ECDSA", "size": 256, "rotationPolicy": "Always"},
+            "issuerRef": {"group": "cert-manager.io", "kind": "ClusterIssuer", "name": issuer},
+        },
+    }
+
+
+def _gateway_target(settings: Settings) -> list[dict[str, str]]:
+    return [{"group": "gateway.networking.k8s.io", "kind": "Gateway", "name": settings.gateway.name}]
+
+
+def request_authentication(settings: Settings) -> dict[str, Any]:
+    """gateway.jwt's provider as Istio validates it on the Gateway: a token from the issuer, signed
+    by a key of its JWKS, for one of the audiences; a request carrying a bad one gets 401. The
+    same JwtSettings give HyperPod's auth.jwt.provider (components/gateway)."""
+    jwt = settings.gateway.jwt
+    rule: dict[str, Any] = {"issuer": jwt.issuer, "jwksUri": jwt.jwks_uri}
+    if jwt.audiences:
+        rule["audiences"] = list(jwt.audiences)
+    return {"apiVersion": ISTIO_SECURITY_API, "kind": "RequestAuthentication",
+            "metadata": {"name": f"{settings.gateway.name}-{jwt.name}", "namespace": settings.namespace},
+            "spec": {"targetRefs": _gateway_target(settings), "jwtRules": [rule]}}
+
+
+def authorization_policy(settings: Settings) -> dict[str, Any]:
+    """Admits only requests with a valid token from the issuer that carries every required claim:
+    Istio's request.auth.claims[<name>] matches a string claim by equality and a list claim by
+    membership, HyperPod's String and StringArray alike; a request without a token gets 403."""
+    jwt = settings.gateway.jwt
+    rule: dict[str, Any] = {"from": [{"source": {"requestPrincipals": [f"{jwt.issuer}/*"]}}]}
+    if jwt.required_claims:
+        rule["when"] = [{"key": f"request.auth.claims[{name}]", "values": list(values)}
+                        for name, _value_type, values in jwt.required_claims]
+    return {"apiVersion": ISTIO_SECURITY_API, "kind": "AuthorizationPolicy",
+            "metadata": {"name": f"{settings.gateway.name}-{jwt.name}-required", "namespace": settings.namespace},
+            "spec": {"targetRefs": _gateway_target(settings), "action": "ALLOW", "rules": [rule]}}
+
+
+def url_command(settings: Settings) -> str:
+    """A shell command that prints the Gateway's address as a URL (the NLB's name, or the
+    in-cluster Service's without the controller)."""
+    return (f"kubectl get gateway {settings.gateway.name} -n {settings.namespace} "
+            f"-o jsonpath='{gateway_scheme(settings)}://{{.status.addresses[0].value}}{{\"\\n\"}}'")
+
+
+def ca_command(settings: Settings) -> str | None:
+    """A shell command that prints the CA certificate (PEM) clients trust on gateway.tls auto."""
+    if settings.gateway.tls_acm_arn != "":
+        return None
+    return (f"kubectl get secret {tls_secret_name(settings)} -n {settings.namespace} "
+            "-o jsonpath='{.data.ca\\.crt}' | base64 -d")

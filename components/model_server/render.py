@@ -19,6 +19,27 @@ PART_OF = "inference-gateway"
 STARTUP_PERIOD_SECONDS = 10
 STARTUP_FAILURES = 90
 
+# As far as the vllm/vllm-openai image allows. Its Dockerfile (docker/Dockerfile, stage
+# vllm-openai: ENTRYPOINT vllm serve) sets no USER, so vLLM runs as root and keeps its caches
+# under /root; runAsNonRoot would refuse to start it. vLLM needs no capability: it binds a port
+# above 1024, reaches the GPUs through the device nodes the NVIDIA runtime mounts, and its
+# tensor-parallel workers share memory through /dev/shm. So: every capability dropped, no
+# privilege escalation (setuid binaries stay inert), the runtime's default seccomp profile, and
+# a read-only root filesystem with a volume for each path vLLM writes (below).
+SECURITY_CONTEXT = {
+    "allowPrivilegeEscalation": False,
+    "privileged": False,
+    "capabilities": {"drop": ["ALL"]},
+    "seccompProfile": {"type": "RuntimeDefault"},
+    "readOnlyRootFilesystem": True,
+}
+# Where vLLM writes, each an emptyDir: HOME, where every cache of vLLM and its libraries defaults
+# (Hugging Face, vLLM's torch.compile cache, Triton, FlashInfer's JIT, Outlines, Numba under
+# ~/.cache, CUDA's ~/.nv, vLLM's usage-stats file under ~/.config); /tmp, where vLLM puts its ZMQ
+# IPC sockets (tempfile.gettempdir()) and torch's inductor its cache; /dev/shm, for tensor-parallel
+# workers (the container default is 64 MiB); the Hugging Face cache, a volume of its own.
+WRITABLE_PATHS = (("home", "/root"), ("tmp", "/tmp"), ("dshm", "/dev/shm"), ("hf-cache", "/root/.cache/huggingface"))
+
 
 def pod_labels(model: ModelSettings) -> dict[str, str]:
     # `app` is the scheduler's modelSelector and the label the seed's kubectl commands use.
@@ -57,17 +78,19 @@ def deployment(model: ModelSettings, namespace: str, *, hf_token: bool,
         "startupProbe": {**health, "periodSeconds": STARTUP_PERIOD_SECONDS, "failureThreshold": STARTUP_FAILURES},
         "readinessProbe": {**health, "periodSeconds": 5, "failureThreshold": 3},
         "livenessProbe": {**health, "periodSeconds": 15, "timeoutSeconds": 5, "failureThreshold": 4},
-        "volumeMounts": [
-            {"name": "dshm", "mountPath": "/dev/shm"},
-            {"name": "hf-cache", "mountPath": "/root/.cache/huggingface"},
-        ],
+        "securityContext": dict(SECURITY_CONTEXT),
+        "volumeMounts": [{"name": name, "mountPath": path} for name, path in WRITABLE_PATHS],
     }
     if hf_token:
         container["env"] = [{"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": HF_TOKEN_SECRET, "key": HF_TOKEN_KEY}}}]
     pod_spec: dict[str, Any] = {
         "containers": [container],
-        # Tensor-parallel workers exchange activations through shared memory; the container default is 64 MiB.
+        # vLLM never calls the Kubernetes API: its pods carry no token for it.
+        "automountServiceAccountToken": False,
         "volumes": [
+            {"name": "home", "emptyDir": {}},
+            {"name": "tmp", "emptyDir": {}},
+            # Tensor-parallel workers exchange activations through shared memory.
             {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "4Gi"}},
             {"name": "hf-cache", "emptyDir": {}},
         ],

@@ -22,7 +22,13 @@ which steps a mean covers: with several requests in flight, a request's prefill 
 its step with others, and a decoding request's inter-token interval may hold a step that
 prefills a newly sent one (`replay_phase`). `vllm:cache_config_info` gives block size and KV
 blocks, and the server's /server_info (served with VLLM_SERVER_DEV_MODE=1) its max_num_seqs
-and max_num_batched_tokens. With `--gateway-url`, one-token requests sent through the gateway
+and max_num_batched_tokens.
+
+Last, every pod prefills prompts of one full chunk (max_num_batched_tokens) one at a time: the
+prefill step's computed tokens over its time, request by request, is the peak prefill
+throughput the sticky recipe's prefix-cache-affinity filter turns in-flight tokens into a TTFT
+with (`peakPrefillThroughput`, whose upstream default of 15,928 tokens/s is Qwen 32B on two
+H100s). calibrate prints the `pulumi config set` line for it and the profile carries it. With `--gateway-url`, one-token requests sent through the gateway
 and straight to the pods in turn time the gateway's hop (`gateway_hop`), which predict adds
 to every request's way in.
 """
@@ -53,7 +59,7 @@ from routing.options import (OptionError, add_model_options, http_url, load_stac
                              positive_seconds, unique_named_urls)
 from routing.simulation.engine import Engine, EngineRequest
 from routing.simulation.fleet import DEFAULT_BLOCK_SIZE, DEFAULT_SCRAPE_INTERVAL
-from routing.simulation.latency import DEFAULT_LIMITS, EngineLimits, LatencyModel, LatencyProfile
+from routing.simulation.latency import DEFAULT_LIMITS, EngineLimits, LatencyModel, LatencyProfile, PeakPrefill
 
 HISTOGRAMS = ("vllm:request_prefill_time_seconds", "vllm:request_prefill_kv_computed_tokens",
               "vllm:request_queue_time_seconds", "vllm:time_to_first_token_seconds",
@@ -67,6 +73,11 @@ REQUESTS_PER_PHASE = 8
 # One-token requests sent through the gateway, and as many straight to the pods, to time its hop:
 # a few milliseconds, against a round trip that varies by as much between two requests.
 GATEWAY_REQUESTS = 32
+# One-chunk prefills per pod for the peak prefill throughput, each alone on its pod.
+PEAK_PREFILLS = 8
+# Prompts aim this far under a chunk: words are counted in tokens per word measured on another
+# prompt, and a prompt a few tokens over the chunk would be prefilled in two steps.
+CHUNK_FILL = 0.95
 # Fits on the last fit's replayed schedule, at most (they settle in two or three).
 FIT_ROUNDS = 6
 REQUEST_TIMEOUT = 120.0
@@ -245,6 +256,38 @@ def run_phase(pod: PodChannel, model: str, phase: Phase, rng: random.Random) -> 
             # How much identical requests' durations differ (seen from here: only the spread is used).
             "spread": statistics.pstdev(durations) / statistics.mean(durations) if len(durations) > 1 else None,
             "client": statistics.mean(durations)}
+
+
+def chunk_tokens(limits: EngineLimits | None, max_model_len: int) -> int:
+    """A full prefill chunk: the step's token budget (vLLM's default when not reported), within
+    the context."""
+    budget = (limits or DEFAULT_LIMITS).max_num_batched_tokens
+    return max(16, min(budget, max_model_len - 8))
+
+
+def peak_prefill_rates(pod: PodChannel, model: str, chunk: int, tokens_per_word: float, rng: random.Random,
+                       count: int = PEAK_PREFILLS) -> list[float]:
+    """Prefill tokens per second of `count` one-chunk prompts sent one at a time, each from
+    vLLM's own histograms read around it (the prefill step's computed tokens over its time)."""
+    rates = []
+    for _ in range(count):
+        before = histogram_totals(pod.get("/metrics").decode())
+        pod.post("/v1/completions", {"model": model, "prompt": prompt(rng, max(8, int(CHUNK_FILL * chunk / tokens_per_word))),
+                                     "max_tokens": 1, "temperature": 0, "stream": True})
+        time.sleep(COUNTERS_CATCH_UP)
+        after = histogram_totals(pod.get("/metrics").decode())
+        seconds = after["vllm:request_prefill_time_seconds"][0] - before["vllm:request_prefill_time_seconds"][0]
+        computed = (after["vllm:request_prefill_kv_computed_tokens"][0]
+                    - before["vllm:request_prefill_kv_computed_tokens"][0])
+        if seconds > 0 and computed > 0:
+            rates.append(computed / seconds)
+    return rates
+
+
+def peak_prefill(rates: Sequence[float], chunk: int) -> PeakPrefill | None:
+    if not rates:
+        return None
+    return PeakPrefill(statistics.median(rates), min(rates), max(rates), len(rates), chunk)
 
 
 def gateway_hop(gateway: PodChannel, pods: Sequence[PodChannel], model: str, rng: random.Random, *,
@@ -495,7 +538,9 @@ def calibrate(pods: Sequence[PodChannel], *, seed: int = 0, limits: EngineLimits
     except ValueError as error:  # MetricsError included
         raise CalibrateError(f"{pods[0].where}: {error}") from None
     limits = limits or _scheduler_limits(pods[0])
-    plan = phases(max_model_len, _tokens_per_word(pods[0], model, seed))
+    tokens_per_word = _tokens_per_word(pods[0], model, seed)
+    plan = phases(max_model_len, tokens_per_word)
+    chunk = chunk_tokens(limits, max_model_len)
     if gateway is not None:
         # One request through it now: a wrong --gateway-url fails before the phases' minutes, not after.
         gateway.post("/v1/completions", {"model": model, "prompt": prompt(random.Random(seed), 4), "max_tokens": 1})
@@ -528,16 +573,27 @@ def calibrate(pods: Sequence[PodChannel], *, seed: int = 0, limits: EngineLimits
                 f"{key} {value:.0f} tokens" if key in ("computed", "prompt")
                 else f"{key} {value:.0%}" if key == "spread" else f"{key} {value * 1000:.1f} ms"
                 for key, value in means.items() if value is not None))
+        try:
+            in_step.wait()
+        except threading.BrokenBarrierError:
+            return samples
+        rates = peak_prefill_rates(pod, model, chunk, tokens_per_word, rng)
+        pod_peak = peak_prefill(rates, chunk)
+        progress(f"  {pod.name} peak prefill: " + (pod_peak.describe() if pod_peak else "no prefill time reported"))
+        samples.append({"pod": pod.name, "phase": "prefill-peak", "kind": "peak", "rates": rates})
         return samples
 
     scraped = (f"scraped by {gateway.name}'s picker" if gateway is not None
                else f"scraped every {scrape_interval * 1000:g} ms")
-    progress(f"calibrating {len(pods)} pod(s) serving {model} at once, {scraped}: {len(plan)} phases each")
+    progress(f"calibrating {len(pods)} pod(s) serving {model} at once, {scraped}: {len(plan)} phases each, then "
+             f"{PEAK_PREFILLS} one-chunk prefills of {chunk:,} tokens")
     # A gateway's own picker scrapes the pods, as it does under load: a scraper of ours beside
     # it would scrape them twice as often, and rendering /metrics costs the servers time.
     scraper = Scraper(pods, scrape_interval) if gateway is None else contextlib.nullcontext()
     with scraper, ThreadPoolExecutor(len(pods)) as pool:
-        samples = [sample for pod_samples in pool.map(one_pod, enumerate(pods)) for sample in pod_samples]
+        measured = [sample for pod_samples in pool.map(one_pod, enumerate(pods)) for sample in pod_samples]
+    samples = [sample for sample in measured if sample["kind"] != "peak"]
+    peak = peak_prefill([rate for sample in measured if sample["kind"] == "peak" for rate in sample["rates"]], chunk)
     # Unreported scheduler limits: vLLM's defaults (the profile then records none).
     latency = fit(samples, limits or DEFAULT_LIMITS, cache.block_size or DEFAULT_BLOCK_SIZE)
     if gateway is not None:
@@ -549,7 +605,7 @@ def calibrate(pods: Sequence[PodChannel], *, seed: int = 0, limits: EngineLimits
     return LatencyProfile(latency, cache.block_size, cache.num_gpu_blocks, limits,
                           source=f"calibrated on {', '.join(p.name for p in pods)} ({model}) "
                                  f"at {time.strftime('%Y-%m-%d %H:%M:%S')}",
-                          measured={"samples": samples})
+                          measured={"samples": samples}, peak_prefill=peak)
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
@@ -643,4 +699,17 @@ def run(args: argparse.Namespace) -> int:
           + ("" if profile.limits is None else f", max_num_seqs {profile.limits.max_num_seqs}, "
                                                f"max_num_batched_tokens {profile.limits.max_num_batched_tokens}"))
     print(f"profile written to {args.out}: python -m routing predict ... --latency-profile {args.out}")
+    if profile.peak_prefill is not None:
+        print(f"peak prefill throughput: {profile.peak_prefill.describe()}; for the sticky recipe's filter:")
+        print(f"  {peak_prefill_config_line(profile.peak_prefill, args)}")
     return 0
+
+
+def peak_prefill_config_line(peak: PeakPrefill, args: argparse.Namespace) -> str:
+    """The `pulumi config set` line that gives the calibrated pods' model this throughput: its own
+    entry with --stack, else the stack-wide routing block."""
+    where, stack = "routing", ""
+    if args.stack:
+        found = load_stack_model(args.stack, args.model, args.stacks_dir)
+        where, stack = f"models[{found.settings.models.index(found.model)}].routing", f" --stack {args.stack}"
+    return f"pulumi config set --path '{where}.peakPrefillThroughput' {round(peak.tokens_per_s)}{stack}"

@@ -17,7 +17,9 @@ it is scored on its last metrics.
 
 A client that sends `x-routing-explain: true` gets the pick's score breakdown (each
 candidate's raw score, weight and weighted value per scorer, its total, and the runner-up
-margin; `Decision.breakdown()`) as JSON in the `x-routing-decision` response header.
+margin; with a filter, which pods it kept and why; `Decision.breakdown()`) as JSON in the
+`x-routing-decision` response header. The picker is told when each routed request's first
+chunk comes back and when it ends (or fails), for the in-flight load the sticky recipe reads.
 
 GET /health shows each backend's last good scrape (when it was sent, and the queue, running
 and KV-usage figures the picker read). In-process, `RunningGateway.wait_idle` waits until
@@ -32,6 +34,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import errno
+import itertools
 import json
 import socket
 import sys
@@ -46,12 +49,14 @@ from aiohttp import web
 
 from routing.metrics import MetricsError, VllmMetrics, parse_metrics
 from routing.options import (OptionError, add_model_options, load_stack_model, named_url, port_number, positive_seconds,
-                             unique_named_urls, weights_option)
+                             routing_option, unique_named_urls, weights_option)
 from routing.picker.endpoint_picker import (DEFAULT_PICKER_VERSION, PICKER_VERSIONS, EndpointPicker, Picker,
                                             PickerConfigError, PodMetrics, Request, RoundRobinPicker,
                                             with_default_weights)
 from routing.picker.estimate import API_PATHS
-from settings.picker_config import EndpointPickerConfig, load_endpoint_picker_config
+from routing.simulation.latency import LatencyProfile, ProfileError
+from settings.picker_config import (EndpointPickerConfig, load_endpoint_picker_config,
+                                    render_sticky_picker_config)
 
 SCRAPE_INTERVAL = 0.05
 STALENESS = 2.0
@@ -157,6 +162,8 @@ class RoutingGateway:
         self.label = label
         # Bounded, so a long-running `serve` does not grow without end.
         self.history: deque[RoutedRequest] = deque(maxlen=HISTORY_LIMIT)
+        # Each routed request's key for the picker's lifecycle calls (first chunk, end).
+        self._request_keys = itertools.count()
         self._session: aiohttp.ClientSession | None = None
         self._scrapers: list[asyncio.Task] = []
 
@@ -253,18 +260,24 @@ class RoutingGateway:
         fresh = self.fresh_backends()
         if not fresh:
             return self._no_backend()
-        decision = self.picker.pick(picker_request, [b.scrape.pod for b in fresh])
-        chosen = self.backends[decision.pod]
-        chosen.routed += 1
-        self.history.append(RoutedRequest(time.monotonic(), chosen.name, tuple(b.name for b in fresh),
-                                          decision.totals))
-        explained = None
-        if request.headers.get(EXPLAIN_HEADER, "").strip().lower() in ("1", "true", "yes"):
-            explained = json.dumps(decision.breakdown().as_dict(), separators=(",", ":"))
-        return await self._proxy(request, chosen, raw, explained)
+        key = next(self._request_keys)
+        decision = self.picker.pick(picker_request, [b.scrape.pod for b in fresh], key=key)
+        try:
+            chosen = self.backends[decision.pod]
+            chosen.routed += 1
+            self.history.append(RoutedRequest(time.monotonic(), chosen.name, tuple(b.name for b in fresh),
+                                              decision.totals))
+            explained = None
+            if request.headers.get(EXPLAIN_HEADER, "").strip().lower() in ("1", "true", "yes"):
+                explained = json.dumps(decision.breakdown().as_dict(), separators=(",", ":"))
+            return await self._proxy(request, chosen, raw, explained, key)
+        finally:
+            # EndOfStream, or the request failed or the client went away: the picker's in-flight
+            # load lets go of whatever the request still holds.
+            self.picker.finished(key)
 
     async def _proxy(self, request: web.Request, backend: Backend, raw: bytes,
-                     explained: str | None = None) -> web.StreamResponse:
+                     explained: str | None = None, request_key: int | None = None) -> web.StreamResponse:
         headers = {k: v for k, v in request.headers.items()
                    if k.lower() not in HOP_BY_HOP and k.lower() != EXPLAIN_HEADER}
         response: web.StreamResponse | None = None
@@ -279,7 +292,13 @@ class RoutingGateway:
                 if explained is not None:
                     response.headers[DECISION_HEADER] = explained
                 await response.prepare(request)
+                first = request_key is not None
                 async for chunk in upstream.content.iter_any():
+                    if first:
+                        # StartOfStream: the first chunk of the body (a reply that is not streamed
+                        # arrives whole, so this is its end).
+                        self.picker.first_chunk(request_key)
+                        first = False
                     await response.write(chunk)
                 await response.write_eof()
                 return response
@@ -448,6 +467,12 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     choice.add_argument("--stack", help="route with the picker configuration a stack gives --model (rendered from its "
                                         "weights, or its pickerConfigMap file), e.g. --stack dev --model qwen-small")
     choice.add_argument("--round-robin", action="store_true", help="pick backends in turn, like a plain Service")
+    choice.add_argument("--routing", type=routing_option, metavar="RECIPE[,NAME=VALUE,...]",
+                        help="route with a recipe as a stack's models[].routing sets it: weights, or sticky with its "
+                             "filter's parameters, e.g. sticky,maxTTFTPenaltyMs=5000")
+    parser.add_argument("--latency-profile", metavar="FILE",
+                        help="with --routing sticky: take peakPrefillThroughput from this calibrate profile when "
+                             "--routing does not set it")
     choice.add_argument("--picker-config", metavar="FILE",
                         help="an EndpointPickerConfig (llm-d.ai/v1alpha1) to build the picker from, plugin by plugin, "
                              "e.g. the one the stack deploys or your pickerConfigMap's")
@@ -469,13 +494,20 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 def run(args: argparse.Namespace) -> int:
     weights, source, document = args.weights, "--weights", None
     try:
+        if args.latency_profile and (args.routing is None or args.routing[0] != "sticky"):
+            raise OptionError(f"--latency-profile {args.latency_profile}: only --routing sticky reads it (its "
+                              "peakPrefillThroughput); drop it")
+        if args.routing is not None:
+            source = f"--routing {','.join([args.routing[0], *(f'{k}={v}' for k, v in args.routing[1].items())])}"
+            if args.routing[0] == "sticky":
+                document = sticky_config(args.routing[1], args.latency_profile)
         backends = unique_named_urls("--backend", args.backend)
         found = load_stack_model(args.stack, args.model, args.stacks_dir)
         if found is not None:
             # The EndpointPickerConfig the stack runs for the model: the picker is built from it.
             document = found.picker_config("Pass --weights or --picker-config FILE to choose the picker here instead.")
             source = f"--stack {found.stack} --model {found.model.name}"
-    except OptionError as error:
+    except (OptionError, ProfileError) as error:
         print(f"serve: {error}", file=sys.stderr)
         return 2
     config = None
@@ -503,6 +535,18 @@ def run(args: argparse.Namespace) -> int:
     print(f"serve: listening on http://127.0.0.1:{args.port} (Ctrl-C to stop). {NOT_PRODUCTION}", flush=True)
     web.run_app(gateway.make_app(), sock=listener, print=None, access_log=None)
     return 0
+
+
+def sticky_config(parameters: dict[str, int | float], profile_path: str | None) -> dict:
+    """The sticky recipe's EndpointPickerConfig, peakPrefillThroughput from the profile when unset."""
+    if profile_path and "peakPrefillThroughput" not in parameters:
+        peak = LatencyProfile.load(profile_path).peak_prefill
+        if peak is None:
+            raise OptionError(f"--latency-profile {profile_path}: records no peak prefill throughput (calibrate "
+                              "measures it since the sticky recipe came); calibrate again, or set "
+                              "--routing sticky,peakPrefillThroughput=N")
+        parameters = {**parameters, "peakPrefillThroughput": round(peak.tokens_per_s)}
+    return render_sticky_picker_config(parameters)
 
 
 def _listen(port: int) -> socket.socket:

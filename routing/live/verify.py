@@ -14,17 +14,24 @@ line {"at", "weights"} (a weight change) is refused: verify cannot change the we
 live gateway mid-run.
 
 Pods are found by their `app` label through the Kubernetes API and read through the API
-server's pod proxy; the gateway's Envoy Service is reached through the service proxy (over
-https when the stack's gateway has TLS; --gateway-scheme overrides). Both use your kubeconfig
+server's pod proxy; the gateway's Service is reached through the service proxy (over https
+when the gateway's pods terminate TLS; --gateway-scheme overrides). Both use your kubeconfig
 (exec auth such as `aws eks get-token` included). Or point at them directly with --pod-url
 and --gateway-url.
+
+A gateway that requires a JWT (gateway.jwt) takes it from --token or $INFERENCE_GATEWAY_TOKEN,
+sent as `Authorization: Bearer <token>`, and only at --gateway-url: the API server keeps that
+header for itself. --ca-file names the CA that --gateway-url https:// must chain to, e.g. the
+stack's own on gateway.tls auto (`pulumi stack output gatewayCaCommand` prints it).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import socket
+import ssl
 import sys
 import time
 import urllib.error
@@ -39,7 +46,7 @@ from routing.options import (URL_SCHEMES, OptionError, add_model_options, http_u
 from routing.tables import format_pod_table
 from routing.workloads import BUILTIN_WORKLOADS, Arrival, WorkloadError, load_arrivals, load_weight_changes
 from settings import GATEWAY_OWNER_LABEL, GATEWAY_SYSTEM_NAMESPACE, VLLM_PORT
-from settings.endpoints import Location, gateway_scheme, gateway_service, picker_pods
+from settings.endpoints import Location, gateway_service, picker_pods, service_scheme
 
 # The page's curl loop uses -m 60 per request and -m 15 per metrics read.
 REQUEST_TIMEOUT = 60.0
@@ -47,6 +54,13 @@ METRICS_TIMEOUT = 15.0
 # vLLM bumps its counters right after it answers; give them this long to catch up.
 SETTLE_TIMEOUT = 10.0
 EXPECTATIONS = ("concentrate", "spread")
+TOKEN_ENV = "INFERENCE_GATEWAY_TOKEN"
+# What verify says when the API server cannot reach a model pod: on a stack the pods' own
+# NetworkPolicies are the likely reason (README, Security).
+POD_PROXY_HINT = ("If the stack's NetworkPolicies are on (the default), the model pods admit the API server's pod "
+                  "proxy only from gateway.networkPolicy.apiServerCidrs: admit the subnets of your cluster's "
+                  "control-plane network interfaces there, or read the pods through `kubectl port-forward` and "
+                  "--pod-url.")
 
 # Called before each serial request with the time.monotonic() the previous response ended
 # (for the first, the batch's start); waits until the gateway's view of the pods has caught
@@ -107,34 +121,60 @@ class UrlPods:
         return reads
 
 
+def tls_context(ca_file: str | None) -> ssl.SSLContext:
+    """Certificates checked against `ca_file` (PEM) if given, else the system's trusted CAs."""
+    try:
+        return ssl.create_default_context(cafile=ca_file)
+    except (OSError, ssl.SSLError) as error:
+        raise VerifyError(f"--ca-file {ca_file}: cannot load it as PEM CA certificates ({error}). Write the "
+                          "stack's CA with `eval \"$(pulumi stack output gatewayCaCommand)\" > gateway-ca.pem`.") from None
+
+
 @dataclass
 class UrlGateway:
     url: str
     headers: Mapping[str, str]
     timeout: float = REQUEST_TIMEOUT
     last_error: str = ""
+    # The CA an https URL's certificate must chain to; None trusts the system's CAs.
+    ca_file: str | None = None
 
     @property
     def description(self) -> str:
         return self.url
 
+    @property
+    def https(self) -> bool:
+        return urllib.parse.urlsplit(self.url).scheme.lower() == "https"
+
     def reach(self) -> None:
-        """A TCP connection to the URL's host and port, and no request: a wrong --gateway-url is
-        one line before the batch, not a row of 000s (or of 60-second timeouts) after it."""
+        """A TCP connection to the URL's host and port (and the TLS handshake for https), no request:
+        a wrong --gateway-url or an untrusted certificate is one line before the batch, not a row
+        of 000s (or of 60-second timeouts) after it."""
         parts = urllib.parse.urlsplit(self.url)
-        port = parts.port or (443 if parts.scheme.lower() == "https" else 80)
+        port = parts.port or (443 if self.https else 80)
+        context = tls_context(self.ca_file) if self.https else None
         try:
-            socket.create_connection((parts.hostname, port), timeout=METRICS_TIMEOUT).close()
-        except OSError as error:
+            with socket.create_connection((parts.hostname, port), timeout=METRICS_TIMEOUT) as connection:
+                if context is not None:
+                    context.wrap_socket(connection, server_hostname=parts.hostname).close()
+        except ssl.SSLCertVerificationError as error:
+            trusted = f"the CA in --ca-file {self.ca_file}" if self.ca_file else "the system's trusted CAs"
+            raise VerifyError(f"--gateway-url {self.url}: its certificate does not verify against {trusted} "
+                              f"({error.verify_message}). On gateway.tls auto the stack's own CA signs it: pass "
+                              "--ca-file with what `pulumi stack output gatewayCaCommand` prints; with an ACM "
+                              "certificate use the name it was issued for.") from None
+        except OSError as error:  # ssl.SSLError included: e.g. https to a plain-HTTP port
             raise VerifyError(f"--gateway-url {self.url}: cannot connect to {parts.hostname}:{port} ({error}). Is "
                               "the gateway up (e.g. `python -m routing serve`, or a `kubectl port-forward` to its "
-                              "Service) and the URL its base address?") from None
+                              "Service), the URL its base address and its scheme the gateway's?") from None
 
     def post(self, path: str, body: Mapping[str, Any]) -> int:
         request = urllib.request.Request(self.url.rstrip("/") + path, data=json.dumps(body).encode(), method="POST",
                                          headers={"Content-Type": "application/json", **self.headers})
+        context = tls_context(self.ca_file) if self.https else None
         try:
-            with urllib.request.urlopen(request, timeout=self.timeout) as response:
+            with urllib.request.urlopen(request, timeout=self.timeout, context=context) as response:
                 response.read()
                 return response.status
         except urllib.error.HTTPError as error:
@@ -246,10 +286,13 @@ class KubePods:
             try:
                 status, data = self.api.call("GET", path, timeout=METRICS_TIMEOUT)
             except Exception as error:  # ApiException, urllib3 errors, exec-auth failures
-                raise VerifyError(api_failure(f"pod {name}: reading {path}", error,
-                                              f"kubectl get --raw {path}")) from None
+                message = api_failure(f"pod {name}: reading {path}", error, f"kubectl get --raw {path}")
+                if getattr(error, "status", None) not in (401, 403):
+                    message += " " + POD_PROXY_HINT
+                raise VerifyError(message) from None
             if status != 200:
-                raise VerifyError(f"pod {name}: {path} answered HTTP {status}. Is --port {self.port} vLLM's port?")
+                hint = f" {POD_PROXY_HINT}" if status in (502, 503, 504) else ""
+                raise VerifyError(f"pod {name}: {path} answered HTTP {status}. Is --port {self.port} vLLM's port?{hint}")
             try:
                 reads[name] = parse_metrics(data.decode("utf-8", errors="replace"))
             except ValueError as error:  # MetricsError included
@@ -312,11 +355,15 @@ class KubeGateway:
 
 
 def _port_for(ports: Sequence, scheme: str):
-    """The Service port for `scheme`: one named after it or on its well-known number, else the first."""
+    """The Service port for `scheme`: the one whose appProtocol is the scheme (Istio puts its
+    listener's protocol there), else one named after it, else one on its well-known number, else
+    the first."""
     number = 443 if scheme == "https" else 80
-    for port in ports:
-        if (port.name or "").lower() == scheme or port.port == number:
-            return port
+    for matches in (lambda port: (getattr(port, "app_protocol", None) or "").lower() == scheme,
+                    lambda port: (port.name or "").lower() == scheme, lambda port: port.port == number):
+        for port in ports:
+            if matches(port):
+                return port
     return ports[0]
 
 
@@ -463,9 +510,16 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                                                 f"{GATEWAY_SYSTEM_NAMESPACE} (default: the stack's)")
     gateway.add_argument("--gateway-scheme", choices=URL_SCHEMES,
                          help="with --gateway-name or --stack: how the API server's service proxy talks to the "
-                              "Envoy Service (default: https when the stack's gateway has TLS, else http)")
+                              "gateway's Service (default: https when the stack's gateway pods terminate TLS, else "
+                              "http)")
     parser.add_argument("--header", action="append", type=parse_header, default=[], metavar="'NAME: VALUE'",
-                        help="extra header for every request (repeatable), e.g. for a JWT-protected gateway")
+                        help="extra header for every request (repeatable)")
+    parser.add_argument("--token", default=os.environ.get(TOKEN_ENV) or None,
+                        help=f"a JWT for a gateway with gateway.jwt, sent as `Authorization: Bearer` (default: "
+                             f"${TOKEN_ENV}); needs --gateway-url: the API server keeps that header for itself")
+    parser.add_argument("--ca-file", help="PEM CA certificates the https --gateway-url must chain to, e.g. the stack's "
+                                          "on gateway.tls auto (`pulumi stack output gatewayCaCommand` prints it); "
+                                          "default: the system's trusted CAs")
     parser.add_argument("--kubeconfig", help="kubeconfig file (default: $KUBECONFIG, else ~/.kube/config)")
     parser.add_argument("--context", help="kubeconfig context (default: the current one)")
     parser.set_defaults(func=run)
@@ -482,23 +536,26 @@ class Target:
     gateway_scheme: str = "http"
     # The model's endpoint-picker pods, when a stack says where they are.
     pickers: Location | None = None
+    # The stack's gateway.jwt issuer, when its gateway requires a token.
+    jwt_issuer: str | None = None
 
 
 def resolve_target(args: argparse.Namespace) -> Target:
-    model = namespace = label = gateway = pickers = None
+    model = namespace = label = gateway = pickers = issuer = None
     port, scheme = VLLM_PORT, "http"
     found = load_stack_model(args.stack, args.model, args.stacks_dir)
     if found is not None:
         entry, settings = found.model, found.settings
         model, namespace, label, port = entry.model, settings.namespace, entry.deployment, entry.port
         # Each implementation puts its gateway Service and pickers somewhere else.
-        gateway, scheme, pickers = gateway_service(settings), gateway_scheme(settings), picker_pods(settings, entry)
+        gateway, scheme, pickers = gateway_service(settings), service_scheme(settings), picker_pods(settings, entry)
+        issuer = settings.gateway.jwt.issuer if settings.gateway.jwt is not None else None
     if args.gateway_name:
         # By name alone: where the HyperPod add-on puts its gateways' Envoy Service.
         gateway = Location(GATEWAY_SYSTEM_NAMESPACE, f"{GATEWAY_OWNER_LABEL}={args.gateway_name}")
     return Target(model_id=args.model_id or model, namespace=args.namespace or namespace, label=args.label or label,
                   port=args.port or port, gateway=gateway, gateway_scheme=args.gateway_scheme or scheme,
-                  pickers=pickers)
+                  pickers=pickers, jwt_issuer=issuer)
 
 
 def describe_pickers(api: KubeApi, where: Location) -> str:
@@ -512,8 +569,30 @@ def describe_pickers(api: KubeApi, where: Location) -> str:
     return f"pickers ({where.selector}): {', '.join(shown)}"
 
 
-def build_clients(args: argparse.Namespace, target: Target) -> tuple[PodReader, GatewayClient]:
+def request_headers(args: argparse.Namespace, target: Target) -> dict[str, str]:
+    """--header, and the token as `Authorization: Bearer`; what cannot carry it is refused before
+    anything is sent."""
     headers = dict(args.header)
+    if args.token:
+        headers["Authorization"] = f"Bearer {args.token}"
+    authorized = any(name.lower() == "authorization" for name in headers)
+    if authorized and not args.gateway_url:
+        raise VerifyError(f"--token (or ${TOKEN_ENV}, or an Authorization --header) needs --gateway-url: the API "
+                          "server's service proxy takes the Authorization header as your credentials for the API "
+                          "server and never forwards it. Pass the gateway's address as --gateway-url (`eval \"$(pulumi "
+                          "stack output gatewayUrlCommand)\"` prints it), from inside the VPC or through a `kubectl "
+                          "port-forward` to its Service.")
+    if target.jwt_issuer is not None and not authorized:
+        raise VerifyError(f"the stack's gateway requires a JWT from {target.jwt_issuer} (gateway.jwt): pass --token "
+                          f"TOKEN (or set ${TOKEN_ENV}) with --gateway-url; without one every request is refused.")
+    if args.ca_file and not (args.gateway_url and args.gateway_url.lower().startswith("https://")):
+        raise VerifyError(f"--ca-file {args.ca_file} applies to an https --gateway-url only; through the API "
+                          "server's service proxy the API server checks nothing, and an http URL has no certificate.")
+    return headers
+
+
+def build_clients(args: argparse.Namespace, target: Target) -> tuple[PodReader, GatewayClient]:
+    headers = request_headers(args, target)
     api = None
 
     def kube() -> KubeApi:
@@ -533,7 +612,7 @@ def build_clients(args: argparse.Namespace, target: Target) -> tuple[PodReader, 
             raise VerifyError(f"--gateway-scheme {args.gateway_scheme} applies to the API server's service proxy "
                               f"only; with --gateway-url the URL's own scheme is used ({args.gateway_url}). Drop "
                               "one of the two.")
-        gateway: GatewayClient = UrlGateway(args.gateway_url, headers)
+        gateway: GatewayClient = UrlGateway(args.gateway_url, headers, ca_file=args.ca_file)
     else:
         if target.gateway is None:
             raise VerifyError("no gateway: pass --gateway-url URL, or --stack dev --model qwen-small, "

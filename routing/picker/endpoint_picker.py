@@ -4,8 +4,9 @@ It follows llm-d router v0.10.0 (LDR), the picker the HyperPod `llm-d` scheduler
 plugin by plugin from an EndpointPickerConfig (settings/picker_config.py; HyperPod-style weights are
 rendered into one first). Citations name the
 upstream file each formula comes from (shared/reference/endpoint-picker-upstream.md
-section 3). The picker sees only what it scrapes from each pod's /metrics (`PodMetrics`) and
-the request body; it never sees the servers' real prefix caches, only its own guess of them.
+section 3). The picker sees only what it scrapes from each pod's /metrics (`PodMetrics`), the
+request body and what it has sent itself (its in-flight load, routing/picker/load.py); it never
+sees the servers' real prefix caches, only its own guess of them.
 """
 
 from __future__ import annotations
@@ -15,20 +16,25 @@ import sys
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any, Mapping, NamedTuple, Protocol, Sequence
+from typing import Any, Hashable, Mapping, NamedTuple, Protocol, Sequence
 
 from routing.picker.estimate import (DEFAULT_ESTIMATES, SURROGATE_FIX, MediaEstimates, MediaRun, ServerPrompt,
                                      lone_surrogate, parse_body, with_estimates)
-from routing.picker.prefix import character_block_hashes, picker_block_hashes, picker_block_size, pseudo_token_bytes
+from routing.picker.load import (AffinityFilter, FilterOutcome, InFlightLoad, active_request_scores,
+                                 token_load_score)
+from routing.picker.prefix import (PSEUDO_TOKEN_BYTES, character_block_hashes, picker_block_hashes, picker_block_size,
+                                   pseudo_token_bytes)
 from settings import DEFAULT_WEIGHTS, WEIGHT_NAMES
-from settings.picker_config import (KV_CACHE, LORA_AFFINITY, MAX_SCORE_PICKER, NO_HIT_LRU, PREFIX, PREFIX_PRODUCER,
-                                    QUEUE, RUNNING_REQUESTS, SINGLE_PROFILE_HANDLER, TOKEN_PRODUCER,
-                                    EndpointPickerConfig, PickerConfigError, PluginSpec, SchedulingProfile,
-                                    load_endpoint_picker_config, render_endpoint_picker_config, token_backend)
+from settings.picker_config import (ACTIVE_REQUEST, AFFINITY_FILTER, INFLIGHT_PRODUCER, KV_CACHE, LATENCY_PREDICTOR,
+                                    LORA_AFFINITY, MAX_SCORE_PICKER, NO_HIT_LRU, PREFIX, PREFIX_MATCH_PRODUCERS,
+                                    PREFIX_PRODUCER, QUEUE, RUNNING_REQUESTS, SINGLE_PROFILE_HANDLER, TOKEN_LOAD,
+                                    TOKEN_PRODUCER, EndpointPickerConfig, PickerConfigError, PluginSpec,
+                                    SchedulingProfile, load_endpoint_picker_config, render_endpoint_picker_config,
+                                    token_backend)
 
 __all__ = [
     "WEIGHT_NAMES", "PodMetrics", "Request", "Decision", "ScoreBreakdown", "PodScore", "ScorerContribution", "Picker", "EndpointPicker", "RoundRobinPicker",
-    "PickerConfigError", "with_default_weights", "ServerPrompt", "SURROGATE_FIX", "lone_surrogate",
+    "PickerConfigError", "with_default_weights", "ServerPrompt", "SURROGATE_FIX", "lone_surrogate", "FilterOutcome",
 ]
 
 # llm-d router releases and how their approximate prefix producer reads a request: v0.9 and
@@ -75,7 +81,8 @@ class Request:
     picker's target model (LoRA affinity, and the first block's hash) is then the adapter, as
     it is when an OpenAI body's `model` names an adapter. `media`: where `picker_prompts[0]`
     holds image and video placeholder runs, which a picker whose token producer estimates media
-    otherwise recounts (`streams_under`).
+    otherwise recounts (`streams_under`). `max_output_tokens`: the client's cap on the reply
+    (max_tokens and the like), which an in-flight-load producer's output estimate respects.
     """
 
     model: str
@@ -87,6 +94,7 @@ class Request:
     # What pickers before v0.9 hash (default: `prompt`'s UTF-8): see estimate.py.
     character_input: bytes | None = None
     media: tuple[MediaRun, ...] = ()
+    max_output_tokens: int | None = None
 
     @property
     def target_model(self) -> str:
@@ -120,7 +128,8 @@ class Request:
         parsed = parse_body(body, api)
         return cls(model=parsed.model, prompt=parsed.text, cache_salt=parsed.cache_salt,
                    picker_prompts=parsed.picker_prompts, server_prompts=parsed.server_prompts,
-                   character_input=parsed.character_input, media=parsed.media)
+                   character_input=parsed.character_input, media=parsed.media,
+                   max_output_tokens=parsed.max_output_tokens)
 
 
 _NO_WEIGHTS: Mapping[str, float] = MappingProxyType({})
@@ -150,23 +159,28 @@ class ScoreBreakdown:
     """Why a pick went where it did: every candidate, best total first.
 
     `margin` is the chosen pod's total minus the runner-up's: 0 when a tie was broken at
-    random, None with a single candidate (or for a picker that does not score).
+    random, None with a single candidate (or for a picker that does not score). `pods` are the
+    candidates the filters kept; `filters` say, filter by filter, which and why.
     """
 
     chosen: str
     pods: tuple[PodScore, ...]
     runner_up: str | None
     margin: float | None
+    filters: tuple[FilterOutcome, ...] = ()
 
     def as_dict(self) -> dict[str, Any]:
         """A JSON-ready form (for `serve`'s response header and `--json` reports)."""
-        return {
+        shown = {
             "chosen": self.chosen, "runnerUp": self.runner_up, "margin": self.margin,
             "pods": [{"pod": pod.pod, "total": pod.total,
                       "scorers": [{"scorer": part.scorer, "raw": part.raw, "weight": part.weight,
                                    "weighted": part.weighted} for part in pod.contributions]}
                      for pod in self.pods],
         }
+        if self.filters:
+            shown["filters"] = [outcome.as_dict() for outcome in self.filters]
+        return shown
 
 
 @dataclass(frozen=True)
@@ -175,8 +189,10 @@ class Decision:
 
     `scores` holds each weighted scorer's raw score per pod (before clamping), `weights` its
     weight; `totals` the weighted sum the picker maximised; `match_blocks`/`total_blocks` the
-    prefix index's view of the request (empty/0 when no scorer needs it). `breakdown()`
-    lays these out per pod; it is computed on demand, so picking pays nothing for it.
+    prefix index's view of the request (empty/0 when no plugin needs it). `filters`: what each
+    filter of the profile did, in order (`FilterOutcome`); scores and totals cover only the pods
+    they kept. `breakdown()` lays these out per pod; it is computed on demand, so picking pays
+    nothing for it.
     """
 
     pod: str
@@ -185,6 +201,7 @@ class Decision:
     match_blocks: Mapping[str, int]
     total_blocks: int
     weights: Mapping[str, float] = field(default_factory=lambda: _NO_WEIGHTS)
+    filters: tuple[FilterOutcome, ...] = ()
 
     def breakdown(self) -> ScoreBreakdown:
         pods = []
@@ -197,8 +214,8 @@ class Decision:
         # totals the picker's random tie-break, not the order here, chose among them.
         pods.sort(key=lambda score: (score.pod != self.pod, -score.total))
         if len(pods) < 2:
-            return ScoreBreakdown(self.pod, tuple(pods), None, None)
-        return ScoreBreakdown(self.pod, tuple(pods), pods[1].pod, pods[0].total - pods[1].total)
+            return ScoreBreakdown(self.pod, tuple(pods), None, None, self.filters)
+        return ScoreBreakdown(self.pod, tuple(pods), pods[1].pod, pods[0].total - pods[1].total, self.filters)
 
 
 def _clamp(score: float) -> float:
@@ -207,16 +224,25 @@ def _clamp(score: float) -> float:
 
 
 class Picker(Protocol):
-    def pick(self, request: Request, pods: Sequence[PodMetrics]) -> Decision: ...
+    # `key` names the request for the lifecycle calls below (upstream: its request ID); a pick
+    # without one is not tracked as in flight, as upstream tracks no request without an ID.
+    def pick(self, request: Request, pods: Sequence[PodMetrics], *, key: Hashable | None = None) -> Decision: ...
 
     # The pod `pick` would choose, with the same effect on the picker's state, without the
     # Decision: simulated fleets need only the pod, and building a Decision is a tenth of a
     # pick. `hashed`: the request's prefix hashes computed beforehand, with their HashPlan.
     def choose(self, request: Request, pods: Sequence[PodMetrics],
-               hashed: Hashed | None = None) -> str: ...
+               hashed: Hashed | None = None, *, key: Hashable | None = None) -> str: ...
 
     # How the picker would hash requests for pods of this block size (None: it does not).
     def hash_plan(self, reported_block_size: int | None) -> HashPlan | None: ...
+
+    # The first chunk of the response to request `key` reached the picker (StartOfStream; for
+    # a response that is not streamed, when it arrives whole).
+    def first_chunk(self, key: Hashable) -> None: ...
+
+    # The response to request `key` ended, or the request failed or was aborted (EndOfStream).
+    def finished(self, key: Hashable) -> None: ...
 
 
 def with_default_weights(overrides: Mapping[str, int] | None) -> dict[str, int]:
@@ -349,6 +375,11 @@ class _MatchInfo:
     @property
     def cold(self) -> bool:
         return not any(self.match_blocks.values())
+
+    def restricted(self, names: Sequence[str]) -> _MatchInfo:
+        """The same request's view with only the pods `names` (those the filters kept)."""
+        return _MatchInfo(self.hashes, {name: self.match_blocks[name] for name in names}, self.block_tokens,
+                          self.total_blocks)
 
 
 class _PrefixProducer:
@@ -541,22 +572,65 @@ class _NoHitLruScorer(_Scorer):
                 self._lru.popitem(last=False)
 
 
+class _LoadScorer(_Scorer):
+    """A scorer of the in-flight load an inflight-load-producer counts: `load_producer` names
+    it; `load` is that producer, bound when the picker is built."""
+
+    def __init__(self, parameters: Mapping[str, Any]):
+        super().__init__(parameters)
+        self.load_producer: str = parameters["inFlightLoadProducerName"] or INFLIGHT_PRODUCER
+        self.load: InFlightLoad | None = None
+
+
+class _TokenLoadScorer(_LoadScorer):
+    # LDR scorer/tokenload/token_load.go@v0.10.0: a pod's in-flight tokens plus what this
+    # request would add there (its UncachedRequestTokens), against queueThresholdTokens.
+    def __init__(self, parameters: Mapping[str, Any]):
+        super().__init__(parameters)
+        self.queue_threshold_tokens = float(parameters["queueThresholdTokens"])
+
+    def score(self, request, pods, match):
+        tokens, adding, threshold = self.load.tokens, self.load.request_tokens, self.queue_threshold_tokens
+        return {pod.name: token_load_score(tokens.get(pod.name, 0) + adding[pod.name], threshold) for pod in pods}
+
+
+class _ActiveRequestScorer(_LoadScorer):
+    # LDR scorer/activerequest/active_request.go@v0.10.0.
+    def __init__(self, parameters: Mapping[str, Any]):
+        super().__init__(parameters)
+        self.idle_threshold: int = parameters["idleThreshold"]
+        self.max_busy_score: float = parameters["maxBusyScore"]
+
+    def score(self, request, pods, match):
+        requests = self.load.requests
+        return active_request_scores({pod.name: requests.get(pod.name, 0) for pod in pods}, self.idle_threshold,
+                                     self.max_busy_score)
+
+
 _SCORERS = {QUEUE: _QueueScorer, RUNNING_REQUESTS: _RunningRequestsScorer, KV_CACHE: _KvCacheScorer,
-            LORA_AFFINITY: _LoraAffinityScorer, PREFIX: _PrefixScorer, NO_HIT_LRU: _NoHitLruScorer}
+            LORA_AFFINITY: _LoraAffinityScorer, PREFIX: _PrefixScorer, NO_HIT_LRU: _NoHitLruScorer,
+            TOKEN_LOAD: _TokenLoadScorer, ACTIVE_REQUEST: _ActiveRequestScorer}
+# The llm-d router release that brought the filter, the load scorers and the in-flight-load
+# producer (modelled as v0.10.0 has them).
+_LOAD_PLUGINS_SINCE = "v0.9"
 # Roles that never change which pod a request goes to; such plugins are left out of the model.
 _ROLES_OUTSIDE_THE_PICK = ("data-layer", "flow-control", "request-control", "parser")
 
 
 class EndpointPicker:
-    """The llm-d picker as an EndpointPickerConfig configures it: score every pod, take the best, remember.
+    """The llm-d picker as an EndpointPickerConfig configures it: filter, score every pod left, take the best, remember.
 
-    Built plugin by plugin from the config's one scheduling profile: its scorers with their
-    weights and parameters, the approximate prefix producers they read, the max-score picker.
-    Each `pick` runs what the picker does per request: every producer in use hashes the request
-    and matches it against its index, the weighted scorers score, the picker picks, then
-    PreRequest (each producer records the request's blocks for the chosen pod; the no-hit LRU
-    moves the pod when the request was cold). Requests are assumed to arrive one at a time,
-    each pick seeing the index updates of all earlier ones.
+    Built plugin by plugin from the config's one scheduling profile: its filters in order, its
+    scorers with their weights and parameters, the approximate prefix producers and in-flight-
+    load producers they read, the max-score picker. Each `pick` runs what the picker does per
+    request: every producer in use hashes the request and matches it against its index (and the
+    in-flight-load producers work out what it would add to each pod), the filters narrow the
+    candidates, the weighted scorers score the rest, the picker picks, then PreRequest (each
+    prefix producer records the request's blocks for the chosen pod; the no-hit LRU moves the
+    pod when the request was cold; each in-flight-load producer counts the request on the
+    chosen pod until `first_chunk` / `finished` release it). Requests are assumed to arrive one
+    at a time, each pick seeing the index updates of all earlier ones. One instance is one
+    picker replica: its in-flight counts are its own.
 
     `config` is a loaded EndpointPickerConfig, or HyperPod-style weights (queue, kvCache, ...),
     which are rendered into the config the stack deploys and loaded from it, so both paths
@@ -578,10 +652,15 @@ class EndpointPicker:
         profile = _single_profile(config)
         _refuse_real_tokenizers(config)
         self._scorers: dict[str, _Scorer] = {}
+        self._filters: list[tuple[AffinityFilter, str, str | None]] = []  # (filter, prefix producer, load producer)
         weights: dict[str, float] = {}
         for entry in profile.plugins:
             spec = config.plugin(entry.plugin_ref)
             where = f"profile {profile.name!r}: {spec.name} ({spec.type})"
+            if spec.type in (AFFINITY_FILTER, TOKEN_LOAD, ACTIVE_REQUEST) and self.hashes_characters:
+                raise PickerConfigError(f"{where}: the llm-d router has it since {_LOAD_PLUGINS_SINCE}; picker version "
+                                        f"{picker_version} has no such plugin. Model {DEFAULT_PICKER_VERSION} (the "
+                                        "default) to predict with it.")
             if spec.role == "scorer":
                 if spec.type not in _SCORERS:
                     raise PickerConfigError(f"{where} is a scorer this model does not reproduce; the modelled scorers "
@@ -594,8 +673,7 @@ class EndpointPicker:
                 if spec.type != MAX_SCORE_PICKER:
                     raise PickerConfigError(f"{where} is not modelled; only {MAX_SCORE_PICKER} is. Use it to predict.")
             elif spec.role == "filter":
-                raise PickerConfigError(f"{where}: filters are not modelled (the model scores every ready pod). "
-                                        "Remove it to predict as if it let every pod through.")
+                self._filters.append(_affinity_filter(spec, where))
         self.weights: Mapping[str, float] = MappingProxyType(weights)
         # Picks that see the same metrics (every pick between two scrapes) share the scores of the
         # scorers that read only them, and the partial totals of the leading run of such scorers
@@ -610,23 +688,46 @@ class EndpointPicker:
         self._names: list[str] = []
         self._metrics_scores: dict[str, dict[str, float]] = {}
         self._metrics_totals: dict[str, float] = {}
+        # The in-flight-load producers the filters' load gates and the load scorers read.
+        load_readers = [(name, f"filter {f.name}") for f, _, name in self._filters if name is not None]
+        load_readers += [(scorer.load_producer, f"scorer {name}") for name, scorer in self._scorers.items()
+                         if isinstance(scorer, _LoadScorer)]
+        load_specs = {name: _load_producer(config, name, reader) for name, reader in load_readers}
+        # The prefix producers whose match info the scorers, the filters and (to discount cached
+        # tokens, when it is declared) the in-flight-load producers read, in that order.
+        prefix_readers = [(scorer.producer, "a scorer") for scorer in self._scorers.values()
+                          if scorer.producer is not None]
+        prefix_readers += [(producer, "a filter") for _, producer, _ in self._filters]
+        discounts = {name: spec.parameters["prefixMatchInfoProducerName"] or PREFIX_PRODUCER
+                     for name, spec in load_specs.items()}
+        prefix_readers += [(producer, f"an {INFLIGHT_PRODUCER}") for producer in discounts.values()
+                           if _declared_prefix_producer(config, producer)]
+        reads_tokens = not self.hashes_characters and bool(prefix_readers or load_specs)
+        self._estimates = _media_estimates(config) if reads_tokens else None
         self._producers: dict[str, _PrefixProducer] = {}
-        reads_tokens = not self.hashes_characters and any(s.producer is not None for s in self._scorers.values())
-        estimates = _media_estimates(config) if reads_tokens else None
-        for scorer in self._scorers.values():
-            if scorer.producer is not None and scorer.producer not in self._producers:
-                spec = config.plugin(scorer.producer)
+        for producer, reader in prefix_readers:
+            if producer not in self._producers:
+                spec = config.plugin(producer)
                 if spec.type != PREFIX_PRODUCER:
-                    raise PickerConfigError(f"plugin {spec.name} ({spec.type}) produces the prefix match info a "
-                                            f"scorer reads; only {PREFIX_PRODUCER} is modelled. Point "
+                    raise PickerConfigError(f"plugin {spec.name} ({spec.type}) produces the prefix match info "
+                                            f"{reader} reads; only {PREFIX_PRODUCER} is modelled. Point "
                                             "prefixMatchInfoProducerName at one.")
-                self._producers[scorer.producer] = _PrefixProducer(spec, characters=self.hashes_characters,
-                                                                   estimates=estimates)
+                self._producers[producer] = _PrefixProducer(spec, characters=self.hashes_characters,
+                                                            estimates=self._estimates)
+        self._loads: dict[str, InFlightLoad] = {
+            name: InFlightLoad(name, spec.parameters, discounts[name] if discounts[name] in self._producers else None)
+            for name, spec in load_specs.items()}
+        for scorer in self._scorers.values():
+            if isinstance(scorer, _LoadScorer):
+                scorer.load = self._loads[scorer.load_producer]
+        # Whether a pick has filters to run or in-flight load to work out (weights alone: neither).
+        self._produces_or_filters = bool(self._filters or self._loads)
         # Plugins that take no part in this profile's picks (data layer, flow control, parsers,
         # producers nothing here reads), for reports that say what the model leaves out.
         self.ignored_plugins = tuple(
             spec.name for spec in config.plugins
             if spec.role in _ROLES_OUTSIDE_THE_PICK or (spec.role == "producer" and spec.name not in self._producers
+                                                        and spec.name not in self._loads
                                                         and spec.type != TOKEN_PRODUCER))
 
     @classmethod
@@ -636,36 +737,55 @@ class EndpointPicker:
 
     @property
     def prefix_index(self) -> PrefixIndex | None:
-        """The index of the (first) prefix producer in use; None when no scorer reads one."""
+        """The index of the (first) prefix producer in use; None when no plugin reads one."""
         producer = next(iter(self._producers.values()), None)
         return None if producer is None else producer.index
 
-    def pick(self, request: Request, pods: Sequence[PodMetrics]) -> Decision:
-        chosen, totals, scores, matches = self._pick(request, pods)
+    def in_flight(self) -> dict[str, dict[str, tuple[int, int]]]:
+        """Per in-flight-load producer, each pod's (requests, tokens) in flight from this replica."""
+        return {name: {pod: (load.requests.get(pod, 0), load.tokens.get(pod, 0))
+                       for pod in sorted(load.requests.keys() | load.tokens.keys())}
+                for name, load in self._loads.items()}
+
+    def pick(self, request: Request, pods: Sequence[PodMetrics], *, key: Hashable | None = None) -> Decision:
+        chosen, totals, scores, matches, filters = self._pick(request, pods, None, key)
         first = next(iter(matches.values()), None)
         return Decision(pod=chosen, totals=MappingProxyType(totals),
                         scores=MappingProxyType({k: MappingProxyType(v) for k, v in scores.items()}),
                         match_blocks=MappingProxyType(first.match_blocks if first else {}),
-                        total_blocks=first.total_blocks if first else 0, weights=self.weights)
+                        total_blocks=first.total_blocks if first else 0, weights=self.weights, filters=filters)
 
     def choose(self, request: Request, pods: Sequence[PodMetrics],
-               hashed: Hashed | None = None) -> str:
-        return self._pick(request, pods, hashed)[0]
+               hashed: Hashed | None = None, *, key: Hashable | None = None) -> str:
+        return self._pick(request, pods, hashed, key)[0]
+
+    def first_chunk(self, key: Hashable) -> None:
+        for load in self._loads.values():
+            load.first_chunk(key)
+
+    def finished(self, key: Hashable) -> None:
+        for load in self._loads.values():
+            load.finished(key)
 
     def hash_plan(self, reported_block_size: int | None) -> HashPlan | None:
         """How the (first) prefix producer hashes requests for pods reporting this block size;
-        None when no scorer reads prefix matches."""
+        None when no plugin reads prefix matches."""
         producer = next(iter(self._producers.values()), None)
         return None if producer is None else producer.hash_plan(reported_block_size)
 
-    def _pick(self, request: Request, pods: Sequence[PodMetrics],
-              hashed: Hashed | None = None
-              ) -> tuple[str, dict[str, float], dict[str, dict[str, float]], dict[str, _MatchInfo]]:
-        """The pick and what it was made from: the chosen pod, totals, scores per scorer and
-        each producer's match info. `hashed`: the request's block hashes and the plan they
-        were computed with, which any producer hashing by that plan uses instead."""
+    def _pick(self, request: Request, pods: Sequence[PodMetrics], hashed: Hashed | None = None,
+              key: Hashable | None = None) -> tuple[str, dict[str, float], dict[str, dict[str, float]],
+                                                     dict[str, _MatchInfo], tuple[FilterOutcome, ...]]:
+        """The pick and what it was made from: the chosen pod, totals, scores per scorer, each
+        producer's match info and what each filter did. `hashed`: the request's block hashes
+        and the plan they were computed with, which any producer hashing by that plan uses
+        instead. `key`: the request's, for the in-flight-load producers."""
         if not pods:
             raise ValueError("no candidate pods: the pool's selector matches no ready pod")
+        matches = None
+        filters: tuple[FilterOutcome, ...] = ()
+        if self._produces_or_filters:
+            matches, pods, filters = self._produce_and_filter(request, pods, hashed)
         # Callers pass pods with distinct names (a gateway's backends by name, a simulated fleet).
         # Equal tuples hold the same objects or pods with equal metrics: the same scores either way.
         seen = tuple(pods)
@@ -677,10 +797,16 @@ class EndpointPicker:
             self._metrics_totals = _add_weighted(dict.fromkeys(self._names, 0.0), self._metrics_weights,
                                                  self._metrics_scores)
         names = self._names
-        matches = {name: producer.match(request, pods, names, hashed) for name, producer in self._producers.items()}
+        if matches is None:
+            matches = {name: producer.match(request, pods, names, hashed) for name, producer in self._producers.items()}
+            scored = matches
+        elif filters and len(names) < len(filters[0].candidates):
+            scored = {name: match.restricted(names) for name, match in matches.items()}
+        else:
+            scored = matches
         metrics_scores = self._metrics_scores
         scores = {name: metrics_scores[name] if scorer.reads_only_pods
-                  else scorer.score(request, pods, matches.get(scorer.producer))
+                  else scorer.score(request, pods, scored.get(scorer.producer))
                   for name, scorer in self._scorers.items()}
         totals = _add_weighted(self._metrics_totals, self._request_weights, scores)
 
@@ -688,7 +814,7 @@ class EndpointPicker:
         # first, so equal totals are broken uniformly at random. With maxNumOfEndpoints > 1 the
         # request still goes to the first. Done here as random.shuffle does it, draw for draw
         # (so a seed gives the same picks), then the first highest total in that order: the
-        # stable sort's first element, without sorting.
+        # stable sort's first element, without sorting. The filters' draws come before these.
         best = max(totals.values())
         values = list(totals.values())
         if values.count(best) == 1:
@@ -705,8 +831,87 @@ class EndpointPicker:
         for name, producer in self._producers.items():
             producer.record(matches[name], chosen_pod)
         for scorer in self._scorers.values():
-            scorer.pre_request(chosen, matches.get(scorer.producer))
-        return chosen, totals, scores, matches
+            scorer.pre_request(chosen, scored.get(scorer.producer))
+        for load in self._loads.values():
+            load.send(key, chosen)
+        return chosen, totals, scores, matches, filters
+
+    def _produce_and_filter(self, request: Request, pods: Sequence[PodMetrics], hashed: Hashed | None
+                            ) -> tuple[dict[str, _MatchInfo], Sequence[PodMetrics], tuple[FilterOutcome, ...]]:
+        """The data producers' work on every candidate, then the filters in profile order
+        (scheduler_profile.go runFilterPlugins@v0.10.0): each producer's match info, the pods
+        the filters kept and what each filter did.
+
+        Upstream runs the in-flight-load producer and the prefix producer in an order its data
+        graph leaves open (the former reads the latter's match info as an optional input, which
+        the graph does not order by), so the tokens the token-load scorer adds for the request
+        itself are discounted by the cached prefix on some picker starts and not on others; the
+        model takes the order the producer documents, prefix first. The count PreRequest adds is
+        discounted either way. When filters leave no pod upstream fails the request; the one
+        modelled filter keeps at least one of the pods it is given."""
+        names = [pod.name for pod in pods]
+        matches = {name: producer.match(request, pods, names, hashed) for name, producer in self._producers.items()}
+        if self._loads:
+            streams = request.streams_under(self._estimates) if self._estimates is not None else request.token_streams
+            # TokenizedPrompt.TokenCount: the estimate backend's tokens, over every prompt.
+            input_tokens = sum(map(len, streams)) // PSEUDO_TOKEN_BYTES
+            for load in self._loads.values():
+                match = matches.get(load.prefix_producer)
+                load.produce(names, input_tokens, request.max_output_tokens,
+                             None if match is None else (match.match_blocks, match.total_blocks, match.block_tokens))
+        outcomes = []
+        for affinity_filter, producer, load_producer in self._filters:
+            match = matches[producer]
+            total = match.total_blocks
+            # prefixCacheScore: matched / total blocks, 0 without blocks.
+            prefix_scores = {name: match.match_blocks[name] / total if total else 0.0 for name in names}
+            in_flight = self._loads[load_producer].tokens if load_producer is not None else {}
+            # The filter's exploration draw (rand.Float64()) is taken from the picker's seeded
+            # generator, before the max-score picker's tie-break draws of the same pick.
+            outcome = affinity_filter.run(names, prefix_scores, in_flight, self._rng)
+            outcomes.append(outcome)
+            if len(outcome.kept) < len(names):
+                kept = set(outcome.kept)
+                pods = [pod for pod in pods if pod.name in kept]
+                names = [pod.name for pod in pods]
+        return matches, pods, tuple(outcomes)
+
+
+def _affinity_filter(spec: PluginSpec, where: str) -> tuple[AffinityFilter, str, str | None]:
+    """A prefix-cache-affinity-filter, the prefix producer it reads and (with its load gate on)
+    the in-flight-load producer."""
+    if spec.type != AFFINITY_FILTER:
+        raise PickerConfigError(f"{where}: filters are not modelled, except {AFFINITY_FILTER}. Remove it to predict "
+                                "as if it let every pod through.")
+    parameters = spec.parameters
+    gated = parameters["maxTTFTPenaltyMs"] > 0
+    if gated and parameters["ttftSource"] == LATENCY_PREDICTOR:
+        raise PickerConfigError(f"{where}: ttftSource {LATENCY_PREDICTOR} reads each pod's TTFT from the latency "
+                                "predictor's sidecars, which this model does not have; set ttftSource: "
+                                "prefillThroughput with the pods' peakPrefillThroughput (`calibrate` measures it), or "
+                                "maxTTFTPenaltyMs: 0 to predict without the load gate.")
+    load_producer = (parameters["inFlightLoadProducerName"] or INFLIGHT_PRODUCER) if gated else None
+    return (AffinityFilter(spec.name, parameters), parameters["prefixMatchInfoProducerName"] or PREFIX_PRODUCER,
+            load_producer)
+
+
+def _load_producer(config: EndpointPickerConfig, name: str, reader: str) -> PluginSpec:
+    # The loader made sure a plugin of this name exists (declared or created as upstream does).
+    spec = config.plugin(name)
+    if spec.type != INFLIGHT_PRODUCER:
+        raise PickerConfigError(f"plugin {spec.name} ({spec.type}) is where {reader} reads in-flight load; only "
+                                f"{INFLIGHT_PRODUCER} makes it. Point inFlightLoadProducerName at one.")
+    return spec
+
+
+def _declared_prefix_producer(config: EndpointPickerConfig, name: str) -> bool:
+    """Whether a plugin named `name` makes prefix match info (an in-flight-load producer reads it
+    when it is there, and counts every input token when it is not)."""
+    try:
+        spec = config.plugin(name)
+    except KeyError:
+        return False
+    return spec.type in PREFIX_MATCH_PRODUCERS
 
 
 def _add_weighted(totals: dict[str, float], weights: Sequence[tuple[str, float]],
@@ -806,15 +1011,21 @@ class RoundRobinPicker:
     def __init__(self) -> None:
         self._next = 0
 
-    def pick(self, request: Request, pods: Sequence[PodMetrics]) -> Decision:
+    def pick(self, request: Request, pods: Sequence[PodMetrics], *, key: Hashable | None = None) -> Decision:
         empty = MappingProxyType({})
         return Decision(pod=self.choose(request, pods), totals=empty, scores=empty, match_blocks=empty, total_blocks=0)
 
     def hash_plan(self, reported_block_size: int | None) -> None:
         return None
 
+    def first_chunk(self, key: Hashable) -> None:
+        """Nothing to release: round-robin keeps no load."""
+
+    def finished(self, key: Hashable) -> None:
+        """Nothing to release: round-robin keeps no load."""
+
     def choose(self, request: Request, pods: Sequence[PodMetrics],
-               hashed: Hashed | None = None) -> str:
+               hashed: Hashed | None = None, *, key: Hashable | None = None) -> str:
         if not pods:
             raise ValueError("no candidate pods: the Service has no ready endpoints")
         chosen = pods[self._next % len(pods)].name

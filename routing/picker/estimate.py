@@ -26,6 +26,7 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+import math
 import struct
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
@@ -264,6 +265,8 @@ class ParsedBody:
     character_input: bytes
     # The image and video runs in picker_prompts[0] (chat and messages only).
     media: tuple[MediaRun, ...] = ()
+    # The client's cap on output tokens, as the parser normalises it (None: no cap).
+    max_output_tokens: int | None = None
 
 
 def lone_surrogate(text: str) -> int | None:
@@ -332,7 +335,36 @@ def parse_body(body: Mapping[str, Any], api: str | None = None) -> ParsedBody:
     else:
         text, picker_prompts, server_prompts = _generate(body.get("token_ids"))
         characters = ""
-    return ParsedBody(model, salt, text, picker_prompts, server_prompts, characters.encode("utf-8"), tuple(media))
+    return ParsedBody(model, salt, text, picker_prompts, server_prompts, characters.encode("utf-8"), tuple(media),
+                      max_output_tokens(body, api))
+
+
+# Where each API's body states its output cap, in the order the parser tries them
+# (parsers/openai/openai.go maxOutputTokensForAPI, anthropic/anthropic.go, vllmhttp/vllmhttp.go
+# @v0.10.0); embeddings have none.
+_OUTPUT_CAP_KEYS = {CHAT: ("max_completion_tokens", "max_tokens"), COMPLETIONS: ("max_tokens",),
+                    RESPONSES: ("max_output_tokens",), MESSAGES: ("max_tokens",)}
+
+
+def max_output_tokens(body: Mapping[str, Any], api: str) -> int | None:
+    """The client's output-token cap as upstream's parser reads it (requesthandling/types.go
+    MaxOutputTokensFromPayload@v0.10.0): the first key holding a non-negative whole number; a
+    value of another type, negative or fractional is skipped. The generate API keeps it under
+    sampling_params."""
+    if api == GENERATE:
+        source, keys = body.get("sampling_params"), ("max_tokens",)
+        if not isinstance(source, Mapping):
+            return None
+    else:
+        source, keys = body, _OUTPUT_CAP_KEYS.get(api, ())
+    for key in keys:
+        value = source.get(key)
+        if (isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0
+                or value != int(value)):
+            continue
+        # Go converts to int64; beyond it the cap wraps negative, which the estimator ignores.
+        return int(value) if value < 2 ** 63 else None
+    return None
 
 
 def _array(values: list, field: str) -> tuple[list[str], list[int]]:

@@ -133,7 +133,8 @@ def simulate_side_by_side(workload: Iterable[Request],
     """Replays one workload through several independent fleets, tokenizing each request once.
 
     Requests are serial, like the seed's curl loop: each one finishes before the next is
-    picked, so every pick sees idle pods (see `SimulatedServer.metrics`). The counters
+    picked, so every pick sees idle pods (see `SimulatedServer.metrics`) and no load in flight
+    (picks carry no request key, so a picker counts none). The counters
     returned are each server's totals, so a fleet of fresh servers reports just this replay.
     `explain` keeps the first fleet's decision for that request (0 = the first).
     """
@@ -308,6 +309,10 @@ def simulate_under_load(prepared: Prepared, plan: LoadPlan, fleet: Fleet, *, see
     ttfts = [0.0] * count
     queue_times = [0.0] * count
     placements: list[str] = [""] * count
+    # The replica that picked each request (the object: a weight change replaces the list), told
+    # when the request's first token and its end come back, for the load it counts in flight.
+    # A stand-in without those calls (a recording, a test's picker) counts none and gets no key.
+    picked_by: list[Picker | None] = [None] * count
     explained: Explained | None = None
     # Events are (time, tie-break order, kind, payload); at equal times the one made first runs
     # first. Weight changes and sends are known up front: they run from one sorted list, so the
@@ -353,13 +358,17 @@ def simulate_under_load(prepared: Prepared, plan: LoadPlan, fleet: Fleet, *, see
                 fresh_until[replica] = now if None in read_at else next_scrape
         else:
             seen = idle
+        picker = pickers[replica]
+        keyed = {"key": index} if hasattr(picker, "finished") else {}
+        if keyed:
+            picked_by[index] = picker
         if index == explain:
-            decision = pickers[replica].pick(prepared.requests[index], seen)
+            decision = picker.pick(prepared.requests[index], seen, **keyed)
             explained = Explained(index, replica, now, tuple(seen), decision)
             placements[index] = decision.pod
         else:
-            placements[index] = pickers[replica].choose(
-                prepared.requests[index], seen, (hash_plan, picker_hashes[index]) if picker_hashes else None)
+            placements[index] = picker.choose(
+                prepared.requests[index], seen, (hash_plan, picker_hashes[index]) if picker_hashes else None, **keyed)
         heapq.heappush(events, (now + arrival(prepared.prompt_lens[index]), next(order), ARRIVE, index))
 
     # Sessions: a turn waits for its session's previous turn.
@@ -415,12 +424,19 @@ def simulate_under_load(prepared: Prepared, plan: LoadPlan, fleet: Fleet, *, see
         hit_tokens[seq.index] = seq.hit_tokens
         ttfts[seq.index] = now - sent_at[seq.index]
         queue_times[seq.index] = seq.scheduled_at - seq.engine_arrival
+        # The first chunk reaches the picker when the step that sampled it ends (the hop back is not modelled).
+        picker = picked_by[seq.index]
+        if picker is not None:
+            picker.first_chunk(seq.index)
 
     finished_at = [0.0] * count
 
     def on_finish(seq: EngineRequest, now: float) -> None:
         nonlocal in_flight
         finished_at[seq.index] = now
+        picker = picked_by[seq.index]
+        if picker is not None:
+            picker.finished(seq.index)
         session = session_of[seq.index]
         if plan.concurrency is not None:
             in_flight -= 1

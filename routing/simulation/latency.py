@@ -122,6 +122,40 @@ DEFAULT_LIMITS = EngineLimits(max_num_seqs=256, max_num_batched_tokens=2048)
 
 
 @dataclass(frozen=True)
+class PeakPrefill:
+    """Uncached prefill tokens per second at saturation, as the prefix-cache-affinity filter's
+    peakPrefillThroughput means it (upstream measures one unloaded chunk of
+    max_num_batched_tokens): the median over `samples` one-chunk prefills of `chunk_tokens`,
+    and the lowest and highest."""
+
+    tokens_per_s: float
+    low: float
+    high: float
+    samples: int
+    chunk_tokens: int
+
+    def to_json(self) -> dict:
+        return {"tokensPerSecond": self.tokens_per_s, "low": self.low, "high": self.high, "samples": self.samples,
+                "chunkTokens": self.chunk_tokens}
+
+    @classmethod
+    def from_json(cls, data: Any) -> PeakPrefill:
+        try:
+            peak = cls(float(data["tokensPerSecond"]), float(data["low"]), float(data["high"]), int(data["samples"]),
+                       int(data["chunkTokens"]))
+        except (KeyError, TypeError, ValueError) as error:
+            raise ProfileError(f"peakPrefillThroughput is not calibrate's record of it ({error!r})") from None
+        if not 0 < peak.low <= peak.tokens_per_s <= peak.high or peak.samples < 1 or peak.chunk_tokens < 1:
+            raise ProfileError(f"peakPrefillThroughput {data!r}: needs 0 < low <= tokensPerSecond <= high, at least "
+                               "one sample and a chunk of at least one token")
+        return peak
+
+    def describe(self) -> str:
+        return (f"{self.tokens_per_s:,.0f} tokens/s (median of {self.samples} one-chunk prefills of "
+                f"{self.chunk_tokens:,} tokens; {self.low:,.0f}-{self.high:,.0f})")
+
+
+@dataclass(frozen=True)
 class LatencyProfile:
     """What `calibrate` measured on live pods: the latency model, and the cache and scheduler
     configuration the pods reported (None where they did not say)."""
@@ -133,12 +167,15 @@ class LatencyProfile:
     source: str = ""
     # Phase means the fit was made from, and how far the fit is from each (for the record).
     measured: Mapping[str, Any] = field(default_factory=dict)
+    # The pods' peak prefill throughput, for the sticky recipe's filter; None in older profiles.
+    peak_prefill: PeakPrefill | None = None
 
     def to_json(self) -> dict:
         return {"kind": PROFILE_KIND, "version": PROFILE_VERSION, "source": self.source,
                 "latency": asdict(self.latency), "blockSize": self.block_size, "numGpuBlocks": self.num_gpu_blocks,
                 "maxNumSeqs": None if self.limits is None else self.limits.max_num_seqs,
                 "maxNumBatchedTokens": None if self.limits is None else self.limits.max_num_batched_tokens,
+                "peakPrefillThroughput": None if self.peak_prefill is None else self.peak_prefill.to_json(),
                 "measured": dict(self.measured)}
 
     def save(self, path: str | Path) -> None:
@@ -164,13 +201,15 @@ class LatencyProfile:
             latency = LatencyModel(**data["latency"])
             seqs, tokens = data.get("maxNumSeqs"), data.get("maxNumBatchedTokens")
             limits = None if seqs is None or tokens is None else EngineLimits(seqs, tokens)
+            peak = data.get("peakPrefillThroughput")
+            peak = None if peak is None else PeakPrefill.from_json(peak)
         except (KeyError, TypeError) as error:
             raise ProfileError(f"--latency-profile {path}: missing or unexpected latency field ({error}); "
                                f"{fix}") from None
         except ProfileError as error:
             raise ProfileError(f"--latency-profile {path}: {error}; {fix}") from None
         return cls(latency, data.get("blockSize"), data.get("numGpuBlocks"), limits, str(data.get("source", "")),
-                   data.get("measured") or {})
+                   data.get("measured") or {}, peak)
 
 
 def percentile(values: Sequence[float], q: float) -> float | None:

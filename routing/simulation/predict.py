@@ -16,6 +16,7 @@ from `python -m routing calibrate`, else a documented default).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import random
 import sys
@@ -24,8 +25,9 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from routing.options import (OptionError, add_model_options, load_stack_model, positive_int, positive_rate,
-                             positive_seconds, weights_option)
-from routing.picker.endpoint_picker import DEFAULT_PICKER_VERSION, PICKER_VERSIONS, PickerConfigError, Request
+                             positive_seconds, routing_option, weights_option)
+from routing.picker.endpoint_picker import (DEFAULT_PICKER_VERSION, PICKER_VERSIONS, FilterOutcome, PickerConfigError,
+                                            Request)
 from routing.picker.prefix import EstimateTokenizer, HFTokenizerFile, Tokenizer, TokenizerFileError
 from routing.simulation import sweep
 from routing.simulation.fleet import (DEFAULT_BLOCK_SIZE, DEFAULT_CAPACITY_BLOCKS, DEFAULT_SCRAPE_INTERVAL,
@@ -38,7 +40,8 @@ from routing.tables import percent
 from routing.workloads import (BUILTIN_WORKLOADS as BUILTIN, DEFAULT_OUTPUT_TOKENS, Arrival, WeightChange,
                                WorkloadError, load_arrivals, load_weight_changes)
 from settings import MODELLED_VLLM_VERSION, lru_conflict, other_vllm_release
-from settings.picker_config import EndpointPickerConfig, load_endpoint_picker_config
+from settings.picker_config import (STICKY_PARAMETERS, EndpointPickerConfig, load_endpoint_picker_config,
+                                    render_sticky_picker_config)
 
 # The release whose scheduler and KV cache the simulated servers follow, as the report names it.
 MODELLED_VLLM_RELEASE = MODELLED_VLLM_VERSION.rpartition(".")[0]
@@ -62,6 +65,10 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                              '{"at": seconds, "session": id, "body": {...}} lines (default: seed-shared)')
     parser.add_argument("--weights", type=weights_option, metavar="NAME=N,...",
                         help="override weights, e.g. prefix=0,queue=3,kvCache=2 (merged over the stack's)")
+    parser.add_argument("--routing", type=routing_option, metavar="RECIPE[,NAME=VALUE,...]",
+                        help="the routing recipe to predict, over the stack's: weights, or sticky with its filter's "
+                             "parameters, e.g. sticky,maxTTFTPenaltyMs=5000 (peakPrefillThroughput defaults to the "
+                             "--latency-profile's calibrated figure, else upstream's 15928)")
     parser.add_argument("--replicas", type=positive_int, metavar="N", help="override the stack's replica count")
     parser.add_argument("--block-size", type=positive_int, metavar="TOKENS",
                         help=f"vLLM's KV block size (default: the profile's, else {DEFAULT_BLOCK_SIZE}, the GPU "
@@ -133,21 +140,32 @@ class _Target:
     config_path: str = "weights"
     # The model's own EndpointPickerConfig (models[].pickerConfigMap.file), which replaces weights.
     picker_config: EndpointPickerConfig | None = None
+    # The sticky recipe's parameters as set (None: the weights recipe), and whether the stack
+    # holds them (False: --routing gave them, so deploying them needs the recipe line too).
+    sticky: Mapping[str, int | float] | None = None
+    sticky_from_stack: bool = False
 
 
 def _target(args: argparse.Namespace) -> _Target:
     overrides = args.weights or {}
+    if args.routing is not None and args.routing[0] == "sticky" and overrides:
+        raise PredictError(f"--weights with --routing {args.routing[0]}: the sticky recipe reads no scorer weights; "
+                           "drop --weights, or predict the weights recipe")
     found = load_stack_model(args.stack, args.model, args.stacks_dir)
     if found is None:
         if args.replicas is not None:
             raise PredictError(f"--replicas needs --stack; with --pods {args.pods} there is no stack to read. "
                                "Drop one of the two.")
-        return _Target("Prediction without a stack", "pod", None, overrides, args.pods)
+        sticky = args.routing[1] if args.routing is not None and args.routing[0] == "sticky" else None
+        return _Target("Prediction without a stack", "pod", None, overrides, args.pods, config_path="routing"
+                       if sticky is not None else "weights", sticky=sticky)
 
     model = found.model
     index = found.settings.models.index(model)
     release_note = other_vllm_release(model.image)
     release_caveats = (f"the model's image {model.image} {release_note}",) if release_note else ()
+    if args.routing is not None or model.routing.recipe == "sticky":
+        return _recipe_target(args, found, index, release_caveats, overrides)
     if model.picker_config_map is not None:
         config = found.picker_config(f"To predict with explicit weights, use --pods {model.replicas or 2} --weights ...")
         if overrides:
@@ -164,16 +182,65 @@ def _target(args: argparse.Namespace) -> _Target:
     if lru_conflict(model.scheduler, weights):
         raise PredictError(f"--weights lru={weights['lru']}: the lru weight exists only with scheduler llm-d, and "
                            f"model {model.name!r} uses {model.scheduler!r}. Drop lru or set the model's scheduler.")
-    replicas = args.replicas if args.replicas is not None else model.replicas
-    if replicas < 1:
-        raise PredictError(f"model {model.name!r} has replicas {replicas} in stack {args.stack!r}: no pod to route "
-                           "to. Pass --replicas N to predict for N pods.")
+    replicas = _stack_replicas(args, model)
     caveats = release_caveats
     if model.scheduler == "epp":
         caveats += ("scheduler epp: modelled with the llm-d router v0.10 scorers; which upstream release HyperPod's "
                     "epp scheduler runs is not documented",)
     return _Target(f"Prediction for stack {args.stack}, model {model.name} ({model.model})", model.name, model.model,
                    weights, replicas, caveats, found.settings.picker_replicas(model), f"models[{index}].weights")
+
+
+def _stack_replicas(args: argparse.Namespace, model: Any) -> int:
+    replicas = args.replicas if args.replicas is not None else model.replicas
+    if replicas < 1:
+        raise PredictError(f"model {model.name!r} has replicas {replicas} in stack {args.stack!r}: no pod to route "
+                           "to. Pass --replicas N to predict for N pods.")
+    return replicas
+
+
+def _recipe_target(args: argparse.Namespace, found: Any, index: int, caveats: tuple[str, ...],
+                   overrides: Mapping[str, int]) -> _Target:
+    """A stack's model predicted with the recipe --routing names, or the sticky one it runs."""
+    model = found.model
+    recipe, parameters = args.routing if args.routing is not None else (model.routing.recipe, {})
+    if model.picker_config_map is not None:
+        raise PredictError(f"--routing {recipe}: model {model.name!r} runs its own EndpointPickerConfig "
+                           f"({model.picker_config_map.file}); predict it as it is, or with --pods N --routing ...")
+    replicas = _stack_replicas(args, model)
+    title = f"Prediction for stack {args.stack}, model {model.name} ({model.model})"
+    if recipe == "weights":
+        weights = {**(model.effective_weights or {}), **overrides}
+        return _Target(title + ", weights recipe", model.name, model.model, weights, replicas, caveats,
+                       found.settings.picker_replicas(model), f"models[{index}].weights")
+    if overrides:
+        raise PredictError(f"--weights: model {model.name!r} runs the sticky recipe, which reads no scorer weights; "
+                           "drop --weights, or add --routing weights to predict the weights recipe")
+    from_stack = model.routing.recipe == "sticky"
+    sticky = {**(model.routing.parameters if from_stack else {}), **parameters}
+    return _Target(title + ", sticky recipe", model.name, model.model, {}, replicas, caveats,
+                   found.settings.picker_replicas(model), f"models[{index}].routing", sticky=sticky,
+                   sticky_from_stack=from_stack and not parameters)
+
+
+def _sticky_picker(target: _Target, profile: LatencyProfile | None, notes: list[str]) -> _Target:
+    """The target with its sticky picker built: peakPrefillThroughput the calibrated figure when
+    --routing leaves it out, and a note when a stack leaves it at upstream's default."""
+    sticky = dict(target.sticky)
+    peak = profile.peak_prefill if profile is not None else None
+    default = STICKY_PARAMETERS["peakPrefillThroughput"]
+    if peak is not None and "peakPrefillThroughput" not in sticky:
+        measured = round(peak.tokens_per_s)
+        if target.sticky_from_stack:
+            notes.append(f"the stack leaves peakPrefillThroughput at upstream's {default:,} tokens/s and the profile "
+                         f"measured {measured:,}: predict with --routing sticky,peakPrefillThroughput={measured} to "
+                         f"compare, `pulumi config set --path '{target.config_path}.peakPrefillThroughput' "
+                         f"{measured}` to deploy it")
+        else:
+            sticky["peakPrefillThroughput"] = measured
+            notes.append(f"peakPrefillThroughput {measured:,} tokens/s, calibrated ({peak.describe()})")
+    config = load_endpoint_picker_config(render_sticky_picker_config(sticky))
+    return dataclasses.replace(target, picker_config=config, sticky=sticky)
 
 
 @dataclass(frozen=True)
@@ -203,13 +270,14 @@ class _Setup:
                     args.scrape_interval, args.send_spacing or 0.0)
 
     def predict(self, args: argparse.Namespace, weights: Mapping[str, int], seed: int,
-                explain: int | None = None) -> Prediction:
+                explain: int | None = None, picker_config: EndpointPickerConfig | None = None) -> Prediction:
         prediction = run_prediction(self.requests, weights=weights, replicas=self.target.replicas,
                                     pod_prefix=self.target.pod_prefix, block_size=self.block_size,
                                     capacity_blocks=self.capacity_blocks, tokenizer=self.tokenizer, seed=seed,
                                     load=self.load(args, seed), latency=self.latency, limits=self.limits,
                                     picker_replicas=self.picker_replicas, explain=explain,
-                                    picker_config=self.target.picker_config, baseline=self.baselines.get(seed),
+                                    picker_config=picker_config or self.target.picker_config,
+                                    baseline=self.baselines.get(seed),
                                     picker_version=args.picker_version)
         if prediction.baseline is not None:
             self.baselines.setdefault(seed, prediction.baseline)
@@ -224,6 +292,8 @@ def _setup(args: argparse.Namespace) -> _Setup:
     if args.picker_version != DEFAULT_PICKER_VERSION:
         notes.append(f"prefix hashing of picker {args.picker_version} ({PICKER_VERSIONS[args.picker_version]})")
     profile = LatencyProfile.load(args.latency_profile) if args.latency_profile else None
+    if target.sticky is not None:
+        target = _sticky_picker(target, profile, notes)
     if profile is None:
         latency, limits = DEFAULT_LATENCY, DEFAULT_LIMITS
         notes.append(DEFAULT_LATENCY_NOTE)
@@ -278,9 +348,7 @@ def run(args: argparse.Namespace) -> int:
         if args.explain is not None and args.sweep:
             raise PredictError(f"--explain {args.explain}: shows one setting's pick and --sweep predicts many; drop "
                                "--sweep, and give the setting to explain with --weights NAME=N,...")
-        if setup.target.picker_config is not None and (args.sweep or setup.weight_changes):
-            raise PredictError("--sweep and weight changes in the workload vary weights, and this model runs its own "
-                               "EndpointPickerConfig instead: vary the file's weights, or predict with --weights.")
+        _check_sweep(args, setup)
         if args.sweep:
             return _run_sweep(args, setup, seed)
         predictions = [setup.predict(args, setup.target.weights, seed + run, args.explain if run == 0 else None)
@@ -312,25 +380,56 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _check_sweep(args: argparse.Namespace, setup: _Setup) -> None:
+    """What a sweep or a workload's weight changes may vary: the weights of a weights-recipe model,
+    the filter parameters of a sticky one; never a picker file's."""
+    target = setup.target
+    swept = list(args.sweep or ())
+    if target.sticky is not None:
+        weights = [name for name in swept if name not in STICKY_PARAMETERS]
+        if weights or setup.weight_changes:
+            what = f"--sweep {','.join(weights)} varies weights" if weights else "the workload's weight changes vary weights"
+            raise PredictError(f"{what}, and the sticky recipe reads none: sweep its parameters instead, e.g. --sweep "
+                               "maxTTFTPenaltyMs=0..20000")
+        return
+    if target.picker_config is not None and (swept or setup.weight_changes):
+        raise PredictError("--sweep and weight changes in the workload vary weights, and this model runs its own "
+                           "EndpointPickerConfig instead: vary the file's weights, or predict with --weights.")
+    parameters = [name for name in swept if name in STICKY_PARAMETERS]
+    if parameters:
+        raise PredictError(f"--sweep {','.join(parameters)}: a parameter of the sticky recipe, and this prediction runs "
+                           "the weights recipe; add --routing sticky")
+
+
 def _run_sweep(args: argparse.Namespace, setup: _Setup, seed: int) -> int:
     base = dict(setup.target.weights)
-    grid: Mapping[str, Sequence[int]] = args.sweep
+    grid: Mapping[str, Sequence[int | float]] = args.sweep
+    sticky = setup.target.sticky
 
-    def evaluate(setting: Mapping[str, int]) -> sweep.SettingResult:
-        weights = {**base, **setting}
-        return sweep.summarise(setting, [setup.predict(args, weights, seed + run) for run in range(args.runs)])
+    def evaluate(setting: Mapping[str, int | float]) -> sweep.SettingResult:
+        if sticky is not None:
+            config = load_endpoint_picker_config(render_sticky_picker_config({**sticky, **setting}))
+            predictions = [setup.predict(args, {}, seed + run, picker_config=config) for run in range(args.runs)]
+        else:
+            predictions = [setup.predict(args, {**base, **setting}, seed + run) for run in range(args.runs)]
+        return sweep.summarise(setting, predictions)
 
     objective = args.objective or sweep.DEFAULT_OBJECTIVE
     results = sweep.sweep(grid, evaluate, sys.stderr)
     advice = sweep.advise(results, objective)
     default_latency = args.latency_profile is None
     cautions = sweep.cautions(advice, default_latency=default_latency)
-    commands = sweep.config_lines(advice.best, setup.target.config_path, args.stack, args.weights)
+    if sticky is not None:
+        deployed = {} if setup.target.sticky_from_stack else {"recipe": "sticky", **sticky}
+        commands = sweep.config_lines(advice.best, setup.target.config_path, args.stack, deployed)
+    else:
+        commands = sweep.config_lines(advice.best, setup.target.config_path, args.stack, args.weights)
     if args.json:
         print(json.dumps({**advice.to_json(), "defaultLatency": default_latency, "cautions": cautions,
                           "pulumi": commands, "settings": [r.to_json() for r in results]}, indent=2))
         return _write_heat_map(args, setup, results, advice)
-    held = {name: value for name, value in base.items() if name not in grid and value}
+    held = {name: value for name, value in (sticky if sticky is not None else base).items()
+            if name not in grid and value}
     print(f"{setup.target.title}: {setup.target.replicas} pods, workload {args.workload} ({len(setup.requests)} "
           f"requests), {len(results)} settings × {args.runs} run{'s' if args.runs > 1 else ''} (seeds from {seed})")
     if held:
@@ -411,6 +510,12 @@ def format_prediction(prediction: Prediction, *, target: _Target, workload: str,
     capacity = "unbounded" if prediction.capacity_blocks is None else f"{prediction.capacity_blocks} blocks"
     limits = prediction.limits
     picker = f"  picker: llm-d router v0.10 scorers, weights {weights}"
+    if target.sticky is not None:
+        parameters = ", ".join(f"{name} {sweep.value_text(target.sticky.get(name, default))}"
+                               for name, default in STICKY_PARAMETERS.items())
+        unset = "upstream's defaults" if not target.sticky else f"upstream's defaults but {', '.join(target.sticky)}"
+        picker = (f"  picker: llm-d router v0.10, sticky recipe: prefix-cache-affinity filter ({parameters}; "
+                  f"{unset}), token-load scorer, max-score picker")
     if prediction.under_load:
         replicas = f"{picker_replicas} replica{'s' if picker_replicas > 1 else ''}"
         picker += f"; {replicas}, scraping each pod every {scrape_interval * 1000:g} ms"
@@ -499,8 +604,10 @@ def format_explanation(prediction: Prediction) -> str:
     widths = [max(16, len(header)) for header in headers]
     when = f" at t={explained.at:.3f}s, picker replica {explained.replica}" if prediction.under_load else ""
     lines = [f"Request {explained.index}{when}: raw score -> weight × score per scorer; the request has "
-             f"{decision.total_blocks} prefix blocks, 'matched' is the picker's index",
-             f"  {'pod':<{width}}  {'waiting':>7}  {'running':>7}  {'kv use':>6}  {'matched':>7}  "
+             f"{decision.total_blocks} prefix blocks, 'matched' is the picker's index"]
+    for outcome in breakdown.filters:
+        lines += _filter_lines(outcome)
+    lines += [f"  {'pod':<{width}}  {'waiting':>7}  {'running':>7}  {'kv use':>6}  {'matched':>7}  "
              + "  ".join(f"{header:>{w}}" for header, w in zip(headers, widths)) + f"  {'total':>7}"]
     for score in breakdown.pods:
         metrics = seen[score.pod]
@@ -514,3 +621,23 @@ def format_explanation(prediction: Prediction) -> str:
         lines.append(f"  margin over the runner-up {breakdown.runner_up}: {breakdown.margin:.3f}{tie}")
     lines.append("  (waiting, running and kv use are what the picker's last scrape of each pod read)")
     return "\n".join(lines)
+
+
+def _filter_lines(outcome: FilterOutcome) -> list[str]:
+    """What one filter did, then (when it compared the pods) each candidate's prefix score
+    against affinityThreshold and, when its load gate ran, in-flight tokens and estimated TTFT."""
+    lines = [f"  {outcome.describe()}"]
+    if not outcome.prefix_scores:
+        return lines
+    width = max(3, *(len(pod) for pod in outcome.candidates))
+    gate = bool(outcome.ttft_ms)
+    gate_headers = f"  {'in flight':>14}  {'est. TTFT':>10}" if gate else ""
+    lines.append(f"    {'pod':<{width}}  {'prefix score':>19}{gate_headers}  kept")
+    for pod in outcome.candidates:
+        score = outcome.prefix_scores[pod]
+        sticky = "sticky" if score >= outcome.affinity_threshold else "other"
+        row = f"    {pod:<{width}}  {f'{score:.3f} {sticky}':>19}"
+        if gate:
+            row += f"  {f'{outcome.in_flight_tokens[pod]:,} tokens':>14}  {f'{outcome.ttft_ms[pod]:.0f} ms':>10}"
+        lines.append(row + f"  {'yes' if pod in outcome.kept else 'no'}")
+    return lines

@@ -1,6 +1,7 @@
-"""The weight advisor: `predict --sweep prefix=0..5,queue=0..5,kvCache=0..5`.
+"""The weight advisor: `predict --sweep prefix=0..5,queue=0..5,kvCache=0..5`, or for the sticky
+recipe its filter's parameters, `predict --sweep maxTTFTPenaltyMs=0..20000`.
 
-Every combination of the swept weights (the others as the stack or --weights set them) is
+Every combination of the swept values (the others as the stack or --weights set them) is
 predicted on the same workload and seeds; the table shows hit rate, TTFT p95 and load
 imbalance per setting and marks the front (the settings no other beats), `--plot` draws them
 as heat maps, and the best setting on the front under `--objective` comes with the
@@ -19,38 +20,81 @@ from routing.simulation.latency import percentile
 from routing.simulation.prediction import Prediction
 from routing.tables import percent
 from settings import WEIGHT_NAMES
+from settings.picker_config import STICKY_PARAMETERS
 
 DEFAULT_OBJECTIVE = "hit-rate"
 # More combinations than this is a typing mistake more often than a plan (6^3 = 216 is the example).
 MAX_SETTINGS = 2000
+# A sticky parameter's range A..B without a step: this many evenly spaced values, ends included.
+PARAMETER_POINTS = 9
+
+Value = int | float
 
 
-def sweep_option(text: str) -> dict[str, tuple[int, ...]]:
-    """An argparse type for --sweep NAME=A..B,NAME=N,...: the values each named weight takes."""
-    grid: dict[str, tuple[int, ...]] = {}
-    example = "e.g. --sweep prefix=0..5,queue=0..5,kvCache=0..5"
+def sweep_option(text: str) -> dict[str, tuple[Value, ...]]:
+    """An argparse type for --sweep NAME=A..B,NAME=N,...: the values each named weight (whole
+    numbers, step 1) or sticky-recipe parameter (numbers; A..B:STEP, or PARAMETER_POINTS values
+    from A to B) takes."""
+    grid: dict[str, tuple[Value, ...]] = {}
+    example = "e.g. --sweep prefix=0..5,queue=0..5,kvCache=0..5 or --sweep maxTTFTPenaltyMs=0..20000"
     for part in text.split(","):
         name, sep, values = part.strip().partition("=")
         if not sep or not name:
             raise argparse.ArgumentTypeError(f"--sweep {part!r}: write NAME=A..B or NAME=N, {example}")
-        if name not in WEIGHT_NAMES:
-            raise argparse.ArgumentTypeError(f"--sweep {name!r}: not a weight; valid weights: {', '.join(WEIGHT_NAMES)}")
+        if name not in WEIGHT_NAMES and name not in STICKY_PARAMETERS:
+            raise argparse.ArgumentTypeError(f"--sweep {name!r}: not a weight or a sticky-recipe parameter; valid "
+                                             f"weights: {', '.join(WEIGHT_NAMES)}; parameters: "
+                                             f"{', '.join(STICKY_PARAMETERS)}")
         if name in grid:
-            raise argparse.ArgumentTypeError(f"--sweep {name}: named twice; give each weight one range")
-        low, dots, high = values.partition("..")
-        try:
-            first, last = int(low), int(high if dots else low)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"--sweep {part!r}: the values must be whole numbers, {example}") from None
-        if first < 0 or last < first:
-            raise argparse.ArgumentTypeError(f"--sweep {part!r}: a range A..B needs 0 <= A <= B, {example}")
-        grid[name] = tuple(range(first, last + 1))
+            raise argparse.ArgumentTypeError(f"--sweep {name}: named twice; give each one range")
+        grid[name] = _weight_range(part, values, example) if name in WEIGHT_NAMES else _parameter_range(part, values)
     total = 1
     for values in grid.values():
         total *= len(values)
     if total > MAX_SETTINGS:
         raise argparse.ArgumentTypeError(f"--sweep {text!r}: {total} settings, more than {MAX_SETTINGS}; narrow a range")
     return grid
+
+
+def _weight_range(part: str, values: str, example: str) -> tuple[int, ...]:
+    low, dots, high = values.partition("..")
+    try:
+        first, last = int(low), int(high if dots else low)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--sweep {part!r}: weights are whole numbers, {example}") from None
+    if first < 0 or last < first:
+        raise argparse.ArgumentTypeError(f"--sweep {part!r}: a range A..B needs 0 <= A <= B, {example}")
+    return tuple(range(first, last + 1))
+
+
+def _parameter_range(part: str, values: str) -> tuple[Value, ...]:
+    example = "e.g. maxTTFTPenaltyMs=0..20000 (9 values) or maxTTFTPenaltyMs=0..20000:2500"
+    span, colon, step_text = values.partition(":")
+    low, dots, high = span.partition("..")
+    try:
+        first, last = float(low), float(high if dots else low)
+        step = float(step_text) if colon else None
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--sweep {part!r}: write A..B or A..B:STEP with numbers, {example}") from None
+    if last < first or (step is not None and not step > 0):
+        raise argparse.ArgumentTypeError(f"--sweep {part!r}: a range A..B:STEP needs A <= B and STEP > 0, {example}")
+    if first == last:
+        return (_number(first),)
+    if step is None:
+        step = (last - first) / (PARAMETER_POINTS - 1)
+    count = int((last - first) / step + 1e-9) + 1
+    if count > MAX_SETTINGS:
+        raise argparse.ArgumentTypeError(f"--sweep {part!r}: {count} values; take a larger STEP, {example}")
+    return tuple(_number(first + index * step) for index in range(count))
+
+
+def _number(value: float) -> Value:
+    rounded = round(value, 6)
+    return int(rounded) if rounded.is_integer() else rounded
+
+
+def value_text(value: Value) -> str:
+    return str(value) if isinstance(value, int) else f"{value:g}"
 
 
 @dataclass(frozen=True)
@@ -219,7 +263,7 @@ def advise(results: Sequence[SettingResult], objective: str) -> Advice:
 
 
 def setting_label(result: SettingResult) -> str:
-    return ", ".join(f"{name}={value}" for name, value in result.setting.items())
+    return ", ".join(f"{name}={value_text(value)}" for name, value in result.setting.items())
 
 
 def describe(result: SettingResult) -> str:
@@ -264,7 +308,7 @@ def sweep(grid: Mapping[str, Sequence[int]], evaluate: Callable[[Mapping[str, in
         results.append(evaluate(setting))
         elapsed = time.monotonic() - started
         left = elapsed / number * (len(settings) - number)
-        label = ",".join(f"{name}={value}" for name, value in setting.items())
+        label = ",".join(f"{name}={value_text(value)}" for name, value in setting.items())
         print(f"\rsweep {number}/{len(settings)} ({label}) {elapsed:.0f}s elapsed, ~{left:.0f}s left   ",
               end="" if number < len(settings) else "\n", file=out, flush=True)
     return results
@@ -274,10 +318,11 @@ def format_table(results: Sequence[SettingResult], advice: Advice, runs: int) ->
     names = list(results[0].setting)
     on_front = {id(result) for result in advice.front}
     spread = "  hit rate range" if runs > 1 else ""
-    lines = ["  ".join(f"{name:>7}" for name in names)
+    widths = [max(7, len(name)) for name in names]
+    lines = ["  ".join(f"{name:>{width}}" for name, width in zip(names, widths))
              + f"  {'hit rate':>8}  {'TTFT p95':>9}  {'imbalance':>9}  {'front':>5}{spread}"]
     for result in results:
-        cells = "  ".join(f"{result.setting[name]:>7}" for name in names)
+        cells = "  ".join(f"{value_text(result.setting[name]):>{width}}" for name, width in zip(names, widths))
         low, high = result.hit_rate_range
         extra = f"  {percent(low)}–{percent(high)}" if runs > 1 else ""
         marker = "  <- best" if result is advice.best else ""
@@ -287,10 +332,12 @@ def format_table(results: Sequence[SettingResult], advice: Advice, runs: int) ->
 
 
 def config_lines(best: SettingResult, config_path: str, stack: str | None,
-                 overrides: Mapping[str, int] | None = None) -> list[str]:
-    """The `pulumi config set` commands that deploy the best setting: the --weights `overrides`
-    it was predicted with (the stack does not hold them yet), then its swept weights."""
+                 overrides: Mapping[str, Value | str] | None = None) -> list[str]:
+    """The `pulumi config set` commands that deploy the best setting: the `overrides` it was
+    predicted with (--weights, or --routing's recipe and parameters: the stack does not hold them
+    yet), then its swept values."""
     where = f" --stack {stack}" if stack else ""
-    weights = {**{name: value for name, value in (overrides or {}).items() if name not in best.setting},
-               **best.setting}
-    return [f"pulumi config set --path '{config_path}.{name}' {value}{where}" for name, value in weights.items()]
+    values = {**{name: value for name, value in (overrides or {}).items() if name not in best.setting},
+              **best.setting}
+    return [f"pulumi config set --path '{config_path}.{name}' "
+            f"{value if isinstance(value, str) else value_text(value)}{where}" for name, value in values.items()]

@@ -728,7 +728,7 @@ def test_the_benchmarks_table_shows_the_replay_and_the_servers_own_means_beside_
     predicted = (Run(0.79, 0.5, 0.110, 0.8, ttft_mean=0.400, itl_mean=0.0416, engine_ttft_p50=0.080),)
     table = format_rows([Row("multi-tenant", "round-robin", measured, predicted)]).splitlines()
     assert table[0].count("|") == table[1].count("|") == table[2].count("|")
-    assert table[2].endswith("| 140 / 110 ms | -21% | 120 ms | -20% | 100 / 80 ms | -20% | 440 / 400 ms "
+    assert table[2].endswith("| 140 / 110 ms | -21% | 900 / 800 ms | 120 ms | -20% | 100 / 80 ms | -20% | 440 / 400 ms "
                              "| 40.0 / 41.6 ms | 1 |")
     unreported = format_rows([Row("multi-tenant", "round-robin", measured[:1], predicted)]).splitlines()[-1]
     assert "| – | – | – | – |" in unreported
@@ -833,15 +833,15 @@ def test_the_gateway_hop_delays_every_requests_first_token_serially_and_under_lo
 def test_the_benchmarks_prediction_of_each_setting_is_that_settings_own_side():
     from types import SimpleNamespace
 
-    from benchmarks.underload import Experiment, predict_runs, tenants_workload
+    from benchmarks.underload import Experiment, Setting, predict_runs, tenants_workload
 
     # Four tenants' prompts, each its own prefix: the picker keeps a tenant on one pod, round-robin
     # spreads it, so their hit rates differ and each row must get its own.
     experiment = Experiment("tenants", "", tuple(tenants_workload("m", 4, 24, 6, seed=1)), 4)
     pair = SimpleNamespace(servers=("vllm-a", "vllm-b"), block_size=16, capacity_blocks=400)
     profile = LatencyProfile(dataclasses.replace(LATENCY, overhead_s=0.002), limits=LIMITS)
-    picker, = predict_runs(pair, profile, experiment, EstimateTokenizer(), None, False, [1])
-    round_robin, = predict_runs(pair, profile, experiment, EstimateTokenizer(), None, True, [1])
+    picker, = predict_runs(pair, profile, experiment, EstimateTokenizer(), Setting("default"), [1])
+    round_robin, = predict_runs(pair, profile, experiment, EstimateTokenizer(), Setting("rr", round_robin=True), [1])
     load = Load(plan_load(experiment.arrivals, concurrency=4, seed=1), (16,) * 24, LIMITS)
     prediction = run_prediction([a.request for a in experiment.arrivals], replicas=2, block_size=16,
                                 capacity_blocks=400, tokenizer=EstimateTokenizer(), seed=1, load=load,
@@ -929,8 +929,8 @@ def test_the_benchmark_measures_the_settings_in_turns_and_tables_each_settings_o
     # Stand-ins for the servers: each measured run returns its own place in the order of runs.
     order = []
 
-    def measure(pair, experiment, weights, round_robin, seed):
-        order.append((experiment.name, weights, round_robin, seed))
+    def measure(pair, experiment, setting, profile, seed):
+        order.append((experiment.name, setting, seed))
         run = underload.Run(hit_rate=len(order) / 100, busiest_share=0.5, ttft_p50=0.1, ttft_p95=0.2)
         return run, SimpleNamespace(pods=[]), []
 
@@ -950,15 +950,17 @@ def test_the_benchmark_measures_the_settings_in_turns_and_tables_each_settings_o
 
     # The client's spacing, measured once before the workload's runs, goes to every replay and prediction.
     assert "replies one step ends reach the client 12.0 ms apart" in out.getvalue()
-    assert spacings == [0.012] * 9
+    settings = underload.SETTINGS
+    assert spacings == [0.012] * (3 * len(settings))  # two replays and one prediction a setting
 
-    settings = [(weights, round_robin) for _, weights, round_robin in underload.SETTINGS]
     # A round of every setting, then the next round: drift over the minutes slows all alike.
-    assert [(weights, round_robin, seed) for _, weights, round_robin, seed in order] == (
-        [(*setting, 100) for setting in settings] + [(*setting, 101) for setting in settings])
-    assert [row.setting for row in rows] == [label for label, _, _ in underload.SETTINGS]
-    # Each row holds its own setting's two runs, the 1st and 4th, the 2nd and 5th, the 3rd and 6th.
-    assert [[run.hit_rate for run in row.measured] for row in rows] == [[0.01, 0.04], [0.02, 0.05], [0.03, 0.06]]
+    assert [(setting, seed) for _, setting, seed in order] == (
+        [(setting, 100) for setting in settings] + [(setting, 101) for setting in settings])
+    assert [row.setting for row in rows] == [setting.label for setting in settings]
+    # Each row holds its own setting's two runs: the 1st and the 5th, the 2nd and the 6th, ...
+    count = len(settings)
+    assert [[run.hit_rate for run in row.measured] for row in rows] == [
+        [(index + 1) / 100, (index + 1 + count) / 100] for index in range(count)]
 
 
 def test_the_benchmark_client_releases_its_first_requests_together(monkeypatch):

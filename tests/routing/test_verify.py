@@ -238,21 +238,21 @@ def test_on_the_llm_d_stack_the_gateway_is_istios_service_and_the_pickers_the_ro
                                                                                      tmp_path, capsys):
     target = resolve_target(target_args(stack="eks", model="qwen-small"))
     assert target.gateway == Location("inference", "gateway.networking.k8s.io/gateway-name=inference-gateway")
-    assert target.gateway_scheme == "http" and target.pickers.selector == "llm-d-router-gateway=qwen-small-epp"
+    # gateway.tls auto: the Gateway's pods terminate TLS, so the API server speaks https to them.
+    assert target.gateway_scheme == "https" and target.pickers.selector == "llm-d-router-gateway=qwen-small-epp"
     api = FakeApiServer(pods, gateway_factory(pods, lambda n: "pod-b"), "inference", "vllm-qwen-small")
     api.services = {("inference", "gateway.networking.k8s.io/gateway-name=inference-gateway"): "inference-gateway-istio"}
+    # The ports Istio gives a Gateway's Service: its status port, then one per listener, with the
+    # listener's protocol as appProtocol.
+    api.ports = [{"name": "status-port", "port": 15021, "appProtocol": "tcp"},
+                 {"name": "https", "port": 443, "appProtocol": "https"}]
     api.pickers = {"llm-d-router-gateway=qwen-small-epp": ["qwen-small-epp-7d9f"]}
-    api.server.start()
-    kubeconfig = write_kubeconfig(tmp_path / "kubeconfig", api.server.url)
-    try:
-        code = cli.main(["verify", "--stack", "eks", "--model", "qwen-small", "--workload", "seed-shared",
-                         "--expect", "concentrate", "--kubeconfig", str(kubeconfig)])
-    finally:
-        api.server.stop()
+    code = run_against(api, tmp_path, ["verify", "--stack", "eks", "--model", "qwen-small", "--workload",
+                                       "seed-shared", "--expect", "concentrate"])
     out = capsys.readouterr().out
     assert code == 0, out
     assert "pickers (llm-d-router-gateway=qwen-small-epp): qwen-small-epp-7d9f (ready, started 2026-12-01T08:00:00" in out
-    assert set(api.proxy_targets) == {"inference-gateway-istio:80"}
+    assert set(api.proxy_targets) == {"https:inference-gateway-istio:443"}
 
 
 def _stack_with_tls(tmp_path, tls: str) -> Path:
@@ -294,6 +294,7 @@ class FakeApiServer:
         # Each gateway Service the fake knows, by where verify should look for it.
         self.services = {(GATEWAY_NAMESPACE, f"{GATEWAY_LABEL}=my-gateway"): "envoy-inference-my-gateway-1a2b"}
         self.pickers: dict[str, list[str]] = {}
+        self.ports = [{"name": "http", "port": 80, "protocol": "TCP"}]
         self.server = ThreadedApp(self.make_app)
 
     async def make_app(self) -> web.Application:
@@ -332,13 +333,12 @@ class FakeApiServer:
         items = []
         name = self.services.get((request.match_info["ns"], request.query.get("labelSelector")))
         if name is not None:
-            items = [{"metadata": {"name": name, "namespace": request.match_info["ns"]},
-                      "spec": {"ports": [{"name": "http", "port": 80, "protocol": "TCP"}]}}]
+            items = [{"metadata": {"name": name, "namespace": request.match_info["ns"]}, "spec": {"ports": self.ports}}]
         return web.json_response({"kind": "ServiceList", "apiVersion": "v1", "metadata": {}, "items": items})
 
     async def service_proxy(self, request):
         self.proxy_targets.append(request.match_info["target"])
-        assert request.match_info["target"].removeprefix("https:").removesuffix(":80") in self.services.values()
+        assert request.match_info["target"].removeprefix("https:").rsplit(":", 1)[0] in self.services.values()
         async with aiohttp.ClientSession() as session:
             async with session.post(f"{self.gateway.url}/{request.match_info['path']}", data=await request.read(),
                                     headers={"Content-Type": "application/json"}) as upstream:
@@ -357,6 +357,16 @@ def write_kubeconfig(path: Path, server: str, token: str = FakeApiServer.TOKEN) 
 
 KUBE_PODS = ["verify", "--model-id", "m", "--namespace", "inference", "--label", "vllm-qwen-small", "--expect",
              "concentrate"]
+def run_against(api: "FakeApiServer", tmp_path: Path, args: list[str], token: str = FakeApiServer.TOKEN) -> int:
+    """`args` run by the CLI against the fake API server, with a kubeconfig for it."""
+    api.server.start()
+    kubeconfig = write_kubeconfig(tmp_path / "kubeconfig", api.server.url, token=token)
+    try:
+        return cli.main([*args, "--kubeconfig", str(kubeconfig)])
+    finally:
+        api.server.stop()
+
+
 KUBE_ARGS = [*KUBE_PODS, "--gateway-name", "my-gateway"]
 LISTING_PODS = "listing pods in namespace inference (label app=vllm-qwen-small)"
 LISTING_SERVICES = f"listing services in namespace {GATEWAY_NAMESPACE} (label {GATEWAY_LABEL}=my-gateway)"
@@ -366,13 +376,7 @@ LISTING_SERVICES = f"listing services in namespace {GATEWAY_NAMESPACE} (label {G
 def test_kubernetes_discovery_and_proxies(pods, gateway_factory, tmp_path, capsys, scheme):
     gateway = gateway_factory(pods, lambda n: "pod-b")
     api = FakeApiServer(pods, gateway, "inference", "vllm-qwen-small")
-    api.server.start()
-    kubeconfig = write_kubeconfig(tmp_path / "kubeconfig", api.server.url)
-    try:
-        code = cli.main([*KUBE_ARGS, "--kubeconfig", str(kubeconfig),
-                         *(["--gateway-scheme", scheme] if scheme else [])])
-    finally:
-        api.server.stop()
+    code = run_against(api, tmp_path, [*KUBE_ARGS, *(["--gateway-scheme", scheme] if scheme else [])])
     out = capsys.readouterr().out
     assert code == 0, out
     assert "PASS: concentrate: all requests on one pod (pod-b 12)" in out
@@ -402,12 +406,7 @@ def test_unreachable_api_server_is_an_error_with_the_fix(tmp_path, capsys, gatew
 def test_api_server_refusing_the_credentials_is_an_error_with_the_fix(pods, gateway_factory, tmp_path, capsys,
                                                                       gateway, listing):
     api = FakeApiServer(pods, gateway_factory(pods, lambda n: "pod-a"), "inference", "vllm-qwen-small")
-    api.server.start()
-    kubeconfig = write_kubeconfig(tmp_path / "kubeconfig", api.server.url, token="wrong")
-    try:
-        code = cli.main([*KUBE_PODS, *gateway, "--kubeconfig", str(kubeconfig)])
-    finally:
-        api.server.stop()
+    code = run_against(api, tmp_path, [*KUBE_PODS, *gateway], token="wrong")
     err = capsys.readouterr().err
     assert code == 2
     assert err.startswith(f"verify: {listing} through the API server {api.server.url}: the API server answered "
@@ -423,12 +422,7 @@ def test_api_server_failing_while_listing_services_is_an_error_too(pods, gateway
         return web.json_response({"kind": "Status", "code": 500, "message": "etcd unavailable"}, status=500)
 
     api.list_services = broken
-    api.server.start()
-    kubeconfig = write_kubeconfig(tmp_path / "kubeconfig", api.server.url)
-    try:
-        code = cli.main([*KUBE_ARGS, "--kubeconfig", str(kubeconfig)])
-    finally:
-        api.server.stop()
+    code = run_against(api, tmp_path, [*KUBE_ARGS])
     err = capsys.readouterr().err
     assert code == 2
     assert err.startswith(f"verify: {LISTING_SERVICES}")
@@ -538,3 +532,120 @@ def test_a_gateway_url_nothing_listens_on_is_one_line_before_any_request(pods, c
     assert captured.err.startswith(f"verify: --gateway-url http://127.0.0.1:{port}: cannot connect to 127.0.0.1:{port} "
                                    "(") and "Is the gateway up" in captured.err
     assert "sending" not in captured.out and pods["pod-a"].bodies == []
+
+
+# -- a gateway with TLS and a JWT (gateway.tls, gateway.jwt) ------------------------------------
+
+TOKEN = "eyJhbGciOiJSUzI1NiJ9.eyJhdWQiOiJpbmZlcmVuY2UtYXBpIn0.c2lnbmF0dXJl"
+
+
+@pytest.fixture
+def tls_gateway(tmp_path, pods):
+    """An https gateway whose certificate the test's CA signed, admitting only TOKEN."""
+    from fake_tls import CertificateAuthority, TlsGateway
+
+    authority = CertificateAuthority(tmp_path)
+    gateway = TlsGateway(authority, pods, lambda n: "pod-a", TOKEN).start()
+    yield gateway, authority
+    gateway.stop()
+
+
+def pod_urls(pods) -> list[str]:
+    return [argument for name, pod in pods.items() for argument in ("--pod-url", f"{name}={pod.url}")]
+
+
+def test_the_token_and_the_ca_reach_an_https_gateway(pods, tls_gateway, capsys):
+    gateway, authority = tls_gateway
+    code = cli.main(["verify", "--model-id", "m", "--gateway-url", gateway.url, "--token", TOKEN,
+                     "--ca-file", str(authority.ca_file), "--expect", "concentrate", *pod_urls(pods)])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert "PASS: concentrate: all requests on one pod (pod-a 12)" in out
+    assert gateway.authorizations == [f"Bearer {TOKEN}"] * 12
+
+
+def test_the_token_may_come_from_the_environment(pods, tls_gateway, capsys, monkeypatch):
+    gateway, authority = tls_gateway
+    monkeypatch.setenv("INFERENCE_GATEWAY_TOKEN", TOKEN)
+    code = cli.main(["verify", "--model-id", "m", "--gateway-url", gateway.url, "--ca-file", str(authority.ca_file),
+                     *pod_urls(pods)])
+    assert code == 0, capsys.readouterr().out
+    assert gateway.authorizations == [f"Bearer {TOKEN}"] * 12
+
+
+def test_without_the_token_the_gateway_refuses_every_request_and_verify_says_so(pods, tls_gateway, capsys):
+    gateway, authority = tls_gateway
+    code = cli.main(["verify", "--model-id", "m", "--gateway-url", gateway.url, "--ca-file", str(authority.ca_file),
+                     *pod_urls(pods)])
+    assert code == 1
+    assert "12 of 12 requests failed (statuses [401])" in capsys.readouterr().out
+    assert gateway.authorizations == [None] * 12 and pods["pod-a"].bodies == []
+
+
+def test_a_certificate_the_trusted_cas_do_not_sign_is_one_line_before_any_request(pods, tls_gateway, tmp_path, capsys):
+    from fake_tls import CertificateAuthority
+
+    gateway, _ = tls_gateway
+    other = CertificateAuthority(tmp_path, name="another CA")
+    for trust, named in (([], "the system's trusted CAs"), (["--ca-file", str(other.ca_file)],
+                                                            f"the CA in --ca-file {other.ca_file}")):
+        code = cli.main(["verify", "--model-id", "m", "--gateway-url", gateway.url, "--token", TOKEN, *trust,
+                         *pod_urls(pods)])
+        err = capsys.readouterr().err
+        assert code == 2
+        assert err.startswith(f"verify: --gateway-url {gateway.url}: its certificate does not verify against {named} "
+                              "(") and "gatewayCaCommand" in err
+    assert gateway.authorizations == [] and pods["pod-a"].bodies == []
+
+
+def test_an_unreadable_ca_file_names_the_option(pods, tls_gateway, tmp_path, capsys):
+    gateway, _ = tls_gateway
+    missing = tmp_path / "missing.pem"
+    assert cli.main(["verify", "--model-id", "m", "--gateway-url", gateway.url, "--ca-file", str(missing),
+                     "--token", TOKEN, *pod_urls(pods)]) == 2
+    assert capsys.readouterr().err.startswith(f"verify: --ca-file {missing}: cannot load it as PEM CA certificates")
+
+
+@pytest.mark.parametrize("credential", [["--token", TOKEN], ["--header", f"Authorization: Bearer {TOKEN}"]])
+def test_a_token_cannot_travel_through_the_api_servers_service_proxy(pods, gateway_factory, tmp_path, capsys,
+                                                                     credential):
+    api = FakeApiServer(pods, gateway_factory(pods, lambda n: "pod-a"), "inference", "vllm-qwen-small")
+    code = run_against(api, tmp_path, [*KUBE_ARGS, *credential])
+    err = capsys.readouterr().err
+    assert code == 2 and api.proxy_targets == [] and api.selectors == []
+    assert err.startswith("verify: --token (or $INFERENCE_GATEWAY_TOKEN, or an Authorization --header) needs "
+                          "--gateway-url: the API server's service proxy takes the Authorization header")
+
+
+def test_a_stack_whose_gateway_requires_a_jwt_asks_for_the_token_first(tmp_path, capsys):
+    dev = (Path(__file__).resolve().parents[2] / "stacks" / "Pulumi.dev.yaml").read_text()
+    marker = "    name: inference-gateway\n"
+    jwt = ("    jwt:\n      issuer: https://idp.example.com\n      jwksUri: https://idp.example.com/keys\n"
+           "      audiences: [inference-api]\n")
+    (tmp_path / "Pulumi.jwt.yaml").write_text(dev.replace(marker, marker + jwt))
+    code = cli.main(["verify", "--stack", "jwt", "--model", "qwen-small", "--stacks-dir", str(tmp_path),
+                     "--kubeconfig", str(tmp_path / "never-read")])
+    assert code == 2
+    assert capsys.readouterr().err.startswith("verify: the stack's gateway requires a JWT from https://idp.example.com "
+                                              "(gateway.jwt): pass --token TOKEN (or set $INFERENCE_GATEWAY_TOKEN)")
+
+
+def test_a_ca_file_is_for_an_https_gateway_url_only(capsys):
+    assert cli.main(["verify", "--model-id", "m", "--pod-url", "a=http://127.0.0.1:1", "--gateway-url",
+                     "http://127.0.0.1:1", "--ca-file", "ca.pem"]) == 2
+    assert "--ca-file ca.pem applies to an https --gateway-url only" in capsys.readouterr().err
+
+
+def test_a_pod_proxy_the_network_policies_refuse_says_what_to_change(pods, gateway_factory, tmp_path, capsys):
+    api = FakeApiServer(pods, gateway_factory(pods, lambda n: "pod-a"), "inference", "vllm-qwen-small")
+
+    async def unreachable(request):
+        # What the API server answers when its dial to the pod is dropped.
+        return web.json_response({"kind": "Status", "code": 503, "message": "error trying to reach service: dial tcp "
+                                  "10.0.12.34:8000: i/o timeout"}, status=503)
+
+    api.pod_metrics = unreachable
+    code = run_against(api, tmp_path, [*KUBE_ARGS])
+    err = capsys.readouterr().err
+    assert code == 2 and "HTTP 503" in err
+    assert "the model pods admit the API server's pod proxy only from gateway.networkPolicy.apiServerCidrs" in err

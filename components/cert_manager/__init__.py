@@ -1,0 +1,3 @@
+from .component import PrivateCertificateAuthority
+
+__all__ = ["PrivateCertificateAuthority"]

@@ -1,0 +1,3 @@
+from .component import FrontDoorPolicies
+
+__all__ = ["FrontDoorPolicies"]

@@ -1,0 +1,71 @@
+"""The NetworkPolicies that leave the model pods reachable only through the front door, as plain data.
+
+Per model, on both platforms:
+- its vLLM pods admit vLLM's port from the gateway's data plane (which sends them requests), from
+  the model's own pickers (they scrape /metrics), from the monitoring namespace and from
+  gateway.networkPolicy.apiServerCidrs; nothing else reaches them;
+- its picker pods admit their gRPC (ext_proc) port from the gateway's data plane alone, and their
+  metrics port from the monitoring namespace.
+Who the gateway and the pickers are is settings/endpoints.py's answer for the implementation. A
+pod's own node always gets through (kubelet probes): NetworkPolicy never filters it, and the VPC
+CNI's policy agent admits the node's address.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from settings import ModelSettings, Settings
+from settings.endpoints import PICKER_GRPC_PORT, PICKER_METRICS_PORT, Pods, gateway_pods, picker_pod_labels
+
+# Kubernetes sets it on every namespace (1.22+): how a policy names a namespace.
+NAMESPACE_NAME_LABEL = "kubernetes.io/metadata.name"
+PART_OF = {"app.kubernetes.io/part-of": "inference-gateway"}
+
+
+def peer(pods: Pods, policy_namespace: str) -> dict[str, Any]:
+    """A NetworkPolicy `from` entry for these pods, seen from a policy in `policy_namespace`."""
+    entry: dict[str, Any] = {}
+    if pods.labels is not None:
+        entry["podSelector"] = {"matchLabels": dict(pods.labels)}
+    if pods.labels is None or pods.namespace != policy_namespace:
+        entry["namespaceSelector"] = {"matchLabels": {NAMESPACE_NAME_LABEL: pods.namespace}}
+    return entry
+
+
+def _policy(name: str, namespace: str, selector: dict[str, str], ingress: list[dict[str, Any]]) -> dict[str, Any]:
+    return {"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
+            "metadata": {"name": name, "namespace": namespace, "labels": dict(PART_OF)},
+            "spec": {"podSelector": {"matchLabels": selector}, "policyTypes": ["Ingress"], "ingress": ingress}}
+
+
+def _tcp(port: int) -> list[dict[str, Any]]:
+    return [{"protocol": "TCP", "port": port}]
+
+
+def model_policy(settings: Settings, model: ModelSettings) -> dict[str, Any]:
+    policy = settings.gateway.network_policy
+    namespace = settings.namespace
+    sources = [peer(gateway_pods(settings), namespace),
+               peer(Pods(namespace, picker_pod_labels(settings, model)), namespace),
+               peer(Pods(policy.monitoring_namespace, None), namespace),
+               *({"ipBlock": {"cidr": cidr}} for cidr in policy.api_server_cidrs)]
+    return _policy(f"{model.deployment}-ingress", namespace, dict(model.selector),
+                   [{"from": sources, "ports": _tcp(model.port)}])
+
+
+def picker_policy(settings: Settings, model: ModelSettings) -> dict[str, Any]:
+    namespace = settings.namespace
+    return _policy(f"{model.name}-picker-ingress", namespace, picker_pod_labels(settings, model), [
+        {"from": [peer(gateway_pods(settings), namespace)], "ports": _tcp(PICKER_GRPC_PORT)},
+        {"from": [peer(Pods(settings.gateway.network_policy.monitoring_namespace, None), namespace)],
+         "ports": _tcp(PICKER_METRICS_PORT)},
+    ])
+
+
+def policies(settings: Settings) -> list[dict[str, Any]]:
+    """Every policy the stack declares; none when gateway.networkPolicy.enabled is false."""
+    if not settings.gateway.network_policy.enabled:
+        return []
+    return [policy for model in settings.models for policy in (model_policy(settings, model),
+                                                                picker_policy(settings, model))]
