@@ -137,3 +137,20 @@ def test_predict_reads_the_deployed_sticky_config(tmp_path):
     with pytest.raises(SettingsError):
         (stacks / "Pulumi.eks.yaml").write_text(text.replace("1234", "-5"))
         load_stack("eks", stacks)
+
+
+def test_on_hyperpod_the_sticky_plugins_go_in_a_picker_file_and_predict_follows_it(tmp_path, capsys):
+    from routing import __main__ as cli
+    from settings.picker_config import endpoint_picker_config_yaml, render_sticky_picker_config
+
+    picker_file = tmp_path / "sticky.yaml"
+    picker_file.write_text(endpoint_picker_config_yaml(render_sticky_picker_config({"maxTTFTPenaltyMs": 500})))
+    dev = (Path(__file__).parent.parent / "stacks" / "Pulumi.dev.yaml").read_text()
+    marker = "      model: Qwen/Qwen2.5-0.5B-Instruct\n"
+    (tmp_path / "Pulumi.hp.yaml").write_text(dev.replace(marker, marker + "      pickerConfigMap:\n        name: sticky\n"
+                                                                           f"        file: {picker_file}\n"))
+    assert cli.main(["predict", "--stack", "hp", "--stacks-dir", str(tmp_path), "--model", "qwen-small",
+                     "--concurrency", "4", "--seed", "1", "--explain", "3"]) == 0
+    out = capsys.readouterr().out
+    assert "profile prefix-cache-affinity-filter, token-load-scorer=1, max-score-picker" in out
+    assert "prefix-cache-affinity-filter: no pod holds enough of the prefix" in out

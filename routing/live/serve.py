@@ -429,8 +429,10 @@ def make_picker(weights: Mapping[str, int] | None, *, round_robin: bool = False,
     version = f", picker {picker_version}"
     if config is not None:
         profile = config.scheduling_profiles[0]
+        # Every plugin of the profile, in order (filters and the picker too), a scorer with its weight.
         return EndpointPicker(config, seed=seed, picker_version=picker_version), "endpoint picker, config " + ",".join(
-            f"{entry.plugin_ref}={entry.weight:g}" for entry in profile.plugins if entry.weight is not None) + version
+            entry.plugin_ref if entry.weight is None else f"{entry.plugin_ref}={entry.weight:g}"
+            for entry in profile.plugins) + version
     weights = with_default_weights(weights)
     return EndpointPicker(weights, seed=seed, picker_version=picker_version), "endpoint picker, weights " + ",".join(
         f"{name}={value}" for name, value in weights.items()) + version

@@ -510,6 +510,11 @@ def format_prediction(prediction: Prediction, *, target: _Target, workload: str,
     capacity = "unbounded" if prediction.capacity_blocks is None else f"{prediction.capacity_blocks} blocks"
     limits = prediction.limits
     picker = f"  picker: llm-d router v0.10 scorers, weights {weights}"
+    if target.picker_config is not None and target.sticky is None:
+        profile = target.picker_config.scheduling_profiles[0]
+        picker = "  picker: llm-d router v0.10, profile " + ", ".join(
+            entry.plugin_ref if entry.weight is None else f"{entry.plugin_ref}={entry.weight:g}"
+            for entry in profile.plugins)
     if target.sticky is not None:
         parameters = ", ".join(f"{name} {sweep.value_text(target.sticky.get(name, default))}"
                                for name, default in STICKY_PARAMETERS.items())

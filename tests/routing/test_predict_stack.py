@@ -36,7 +36,7 @@ def test_a_hand_written_picker_config_is_predicted_with_exactly_its_plugins_and_
             "--workload", "seed-shared", "--seed", "1", "--explain", "1"]
     assert cli.main(args) == 0
     out = capsys.readouterr().out
-    assert "picker configuration" in out and "weights prefix-cache-scorer=5" in out
+    assert "picker configuration" in out and "profile prefix-cache-scorer=5" in out
     # The breakdown scores with the file's scorers and weights, and none of the defaults.
     assert "prefix-cache-scorer ×5" in out and "running-requests-size-scorer ×1.5" in out
     assert "queue-scorer" not in out and "kv-cache-utilization-scorer" not in out

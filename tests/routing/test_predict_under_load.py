@@ -941,7 +941,8 @@ def test_the_benchmark_measures_the_settings_in_turns_and_tables_each_settings_o
     monkeypatch.setattr(underload, "serve_process", lambda *args: contextlib.nullcontext(SimpleNamespace(url="")))
     monkeypatch.setattr(underload, "reply_spacing_seconds", lambda *args: 0.012)
     monkeypatch.setattr(underload, "replayed_ttft_p50", lambda *args: spacings.append(args[-1]) or 0.0)
-    monkeypatch.setattr(underload, "predict_runs", lambda *args: spacings.append(args[-1]) or [])
+    predicted = [underload.Run(hit_rate=0.5, busiest_share=0.5, ttft_p50=0.1, ttft_p95=0.2)]
+    monkeypatch.setattr(underload, "predict_runs", lambda *args: spacings.append(args[-1]) or predicted)
     pair = SimpleNamespace(tokenizer=SimpleNamespace(model="tiny"), servers=[SimpleNamespace(url="")], block_size=16,
                            backends={}, log_dir=Path("logs"))
 
@@ -951,7 +952,9 @@ def test_the_benchmark_measures_the_settings_in_turns_and_tables_each_settings_o
     # The client's spacing, measured once before the workload's runs, goes to every replay and prediction.
     assert "replies one step ends reach the client 12.0 ms apart" in out.getvalue()
     settings = underload.SETTINGS
-    assert spacings == [0.012] * (3 * len(settings))  # two replays and one prediction a setting
+    # Two replays and one prediction a setting, and the sticky row predicted at upstream's throughput.
+    assert spacings == [0.012] * (3 * len(settings) + 1)
+    assert "multi-tenant / sticky predicted at the calibrated (none: the profile has no peak" in out.getvalue()
 
     # A round of every setting, then the next round: drift over the minutes slows all alike.
     assert [(setting, seed) for _, setting, seed in order] == (

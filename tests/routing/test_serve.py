@@ -281,7 +281,7 @@ def test_serve_routes_with_the_picker_config_a_stack_gives_its_model(tmp_path, b
     finally:
         serve.web.run_app = original
     started["app"].close()  # the application it would have served, never started
-    assert "serve: endpoint picker, config busy=5, picker v0.10;" in capsys.readouterr().out
+    assert "serve: endpoint picker, config busy=5,max-score-picker, picker v0.10;" in capsys.readouterr().out
 
 
 def test_help_says_it_is_not_a_production_gateway(capsys):
