@@ -9,7 +9,8 @@ from pathlib import Path
 from typing import Sequence
 
 from routing.simulation.prediction import PredictError
-from routing.simulation.sweep import SettingResult, setting_label
+from routing.simulation.sweep import SettingResult, setting_label, value_text
+from settings import WEIGHT_NAMES
 
 # (title, value of a result, format, colour map): each map runs from worse to better, so
 # bright always means good.
@@ -46,6 +47,11 @@ def check_plot_path(path: str) -> None:
         raise PredictError(f"--plot {path}: a folder; name a file in it, e.g. --plot {target / 'sweep.png'}")
     if not os.access(folder, os.W_OK | os.X_OK) or (target.exists() and not os.access(target, os.W_OK)):
         raise PredictError(f"--plot {path}: not writable here; write the heat map into a folder you can write to")
+
+
+def _axis_label(name: str) -> str:
+    """A weight's axis says so; a sticky-recipe parameter's carries its own unit in its name."""
+    return f"{name} weight" if name in WEIGHT_NAMES else name
 
 
 def heat_map(results: Sequence[SettingResult], path: str, *, title: str, best: SettingResult, objective: str) -> None:
@@ -89,14 +95,14 @@ def heat_map(results: Sequence[SettingResult], path: str, *, title: str, best: S
                     light = 0.299 * shade[0] + 0.587 * shade[1] + 0.114 * shade[2] > 0.55
                     ax.text(xi, yi, fmt.format(cell), ha="center", va="center", fontsize=7,
                             color="black" if light else "white")
-            ax.set_xticks(range(len(x_values)), [str(v) for v in x_values])
-            ax.set_yticks(range(len(y_values)), [str(v) for v in y_values] if y_name else [""])
+            ax.set_xticks(range(len(x_values)), [value_text(v) for v in x_values])
+            ax.set_yticks(range(len(y_values)), [value_text(v) for v in y_values] if y_name else [""])
             if row == len(FIGURES) - 1:
-                ax.set_xlabel(f"{x_name} weight")
+                ax.set_xlabel(_axis_label(x_name))
             if column == 0:
-                ax.set_ylabel(f"{label}\n\n{y_name} weight" if y_name else label)
+                ax.set_ylabel(f"{label}\n\n{_axis_label(y_name)}" if y_name else label)
             if row == 0 and panel_name:
-                ax.set_title(f"{panel_name} = {panel}", fontsize=10)
+                ax.set_title(f"{panel_name} = {value_text(panel)}", fontsize=10)
             best_key = tuple(best.setting[name] for name in names)
             if best_key[2:] == key(0, 0, panel)[2:]:
                 bx = x_values.index(best_key[0])
