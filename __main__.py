@@ -14,6 +14,7 @@ from components.model_server import ModelNamespace, ModelServer
 from components.stack_config import project_config
 from settings import NAMESPACE, SettingsError, parse_settings
 from settings.hyperpod import check_dependencies_chart
+from settings.observability import grafana_password
 
 PROJECT_DIR = Path(__file__).resolve().parent
 
@@ -39,11 +40,18 @@ hf_token = pulumi.Config(NAMESPACE).get_secret("hfToken") if settings.hf_token e
 namespace = ModelNamespace("models", namespace=settings.namespace, hf_token=hf_token,
                            opts=in_cluster.merge(pulumi.ResourceOptions(depends_on=cluster.ready)))
 
-for model in settings.models:
-    ModelServer(f"model-{model.name}", model=model, namespace=settings.namespace, hf_token=settings.hf_token,
-                gpu_node_selector=capacity.node_selector, depends_on=[namespace, *capacity.ready], opts=in_cluster)
+models = [ModelServer(f"model-{model.name}", model=model, namespace=settings.namespace, hf_token=settings.hf_token,
+                      gpu_node_selector=capacity.node_selector, depends_on=[namespace, *capacity.ready],
+                      opts=in_cluster)
+          for model in settings.models]
 
 gateway = platform.endpoint_picker(settings, cluster, capacity, region=region, depends_on=[namespace])
+# The password given as a secret, else one the stack generates and keeps.
+given_password = grafana_password(raw) if settings.observability.grafana_password_given else None
+monitoring = platform.observability(settings, cluster, capacity, region=region,
+                                    grafana_password=pulumi.Output.secret(given_password) if given_password else None,
+                                    depends_on=[namespace])
+platform.autoscaling(settings, cluster, depends_on=[*models, gateway, *([monitoring] if monitoring else [])])
 
 pulumi.export("platform", settings.platform)
 pulumi.export("clusterName", cluster.name)
@@ -61,3 +69,9 @@ pulumi.export("podSelectors", {m.name: dict(m.selector) for m in settings.models
 pulumi.export("gatewayUrlCommand", gateway.url_command)
 if gateway.ca_command is not None:
     pulumi.export("gatewayCaCommand", gateway.ca_command)
+if monitoring is not None:
+    pulumi.export("grafanaCommand", monitoring.grafana_command)
+    pulumi.export("grafanaAdminPassword", monitoring.grafana_password)
+    pulumi.export("prometheusCommand", monitoring.prometheus_command)
+    if monitoring.workspace_arn is not None:
+        pulumi.export("managedPrometheusWorkspaceArn", monitoring.workspace_arn)

@@ -9,6 +9,7 @@ from pathlib import Path
 import pulumi
 
 from components.addon import InferenceAddon
+from components.autoscaling import Autoscaling
 from components.cluster import Cluster, ExistingCluster
 from components.gateway import Gateway
 from components.gateway_api import GatewayApiDataPlane
@@ -17,6 +18,7 @@ from components.gpu_nodes.render import node_selector
 from components.hyperpod import ExistingHyperPodCluster, HyperPodCluster
 from components.llmd_router import LlmdRouter
 from components.network_policy import FrontDoorPolicies
+from components.observability import Observability
 from settings import Settings
 from settings.hyperpod import dependencies_chart_path
 
@@ -88,3 +90,31 @@ def endpoint_picker(settings: Settings, eks_cluster: Cluster | ExistingCluster, 
     # Depending on the add-on also orders the destroy: the gateway goes first, so its
     # controller can still remove the load balancer, security groups and certificate it made.
     return Gateway("gateway", settings=settings, depends_on=gateway_dependencies, opts=in_cluster)
+
+
+def observability(settings: Settings, eks_cluster: Cluster | ExistingCluster, capacity: GpuCapacity, *, region: str,
+                  grafana_password: pulumi.Input[str] | None, depends_on: list[pulumi.Resource]) -> Observability | None:
+    """Prometheus, Grafana and the routing alerts, on the nodes that carry the system pods: the
+    system node group on `eks`, the HyperPod cluster's CPU group on `hyperpod`."""
+    if not settings.observability.enabled:
+        return None
+    nodes = capacity.ready if settings.hyperpod is not None else []
+    # Roles for service accounts need the cluster's OIDC provider, which an existing cluster may
+    # lack: it is looked up only when a role is made (the EBS CSI driver on a new cluster, remote write).
+    needs_roles = not settings.cluster.existing or settings.observability.remote_write is not None
+    hyperpod_arn = capacity.hyperpod.arn if settings.hyperpod is not None and not settings.hyperpod.existing else None
+    return Observability("observability", settings=settings, grafana_password=grafana_password,
+                         cluster_name=eks_cluster.name, region=region,
+                         oidc_provider_arn=eks_cluster.oidc_provider_arn if needs_roles else None,
+                         oidc_issuer_url=eks_cluster.oidc_issuer_url, hyperpod_cluster_arn=hyperpod_arn,
+                         k8s_provider=eks_cluster.provider, depends_on=[*eks_cluster.ready, *nodes, *depends_on])
+
+
+def autoscaling(settings: Settings, eks_cluster: Cluster | ExistingCluster, *,
+                depends_on: list[pulumi.Resource]) -> Autoscaling | None:
+    """The models' scalers. KEDA is the HyperPod add-on's own option on `hyperpod` (the gateway,
+    in `depends_on`, waits for the add-on), its pinned chart on `eks`."""
+    if not any(model.autoscaling is not None for model in settings.models):
+        return None
+    return Autoscaling("autoscaling", settings=settings, install_keda=settings.platform == "eks",
+                       k8s_provider=eks_cluster.provider, depends_on=[*eks_cluster.ready, *depends_on])

@@ -91,6 +91,10 @@ class CloudMocks(pulumi.runtime.Mocks):
             outputs.update(bucket=f"{args.name}-0123", arn=f"arn:aws:s3:::{args.name}-0123")
         elif args.typ == "aws:ec2/launchTemplate:LaunchTemplate":
             outputs["latestVersion"] = 1
+        elif args.typ == "aws:amp/workspace:Workspace":
+            workspace = f"ws-{args.name}-0123"
+            outputs.update(arn=f"arn:aws:aps:us-west-2:123456789012:workspace/{workspace}",
+                           prometheusEndpoint=f"https://aps-workspaces.us-west-2.amazonaws.com/workspaces/{workspace}/")
         elif args.typ == "aws:iam/role:Role":
             outputs["arn"] = f"arn:aws:iam::123456789012:role/{args.name}"
             outputs["name"] = args.name

@@ -290,7 +290,7 @@ def free_gpus_after_placing(hyperpod: HyperPodSettings, models: tuple[ModelSetti
     largest first (as the scheduler would manage); None when some replica finds no instance."""
     free = sorted((g.gpus_per_instance for g in hyperpod.instance_groups for _ in range(g.count)
                    if g.gpus_per_instance), reverse=True)
-    for gpus in sorted((m.gpus for m in models for _ in range(m.replicas)), reverse=True):
+    for gpus in sorted((m.gpus for m in models for _ in range(m.max_replicas)), reverse=True):
         slot = next((i for i, left in enumerate(free) if left >= gpus), None)
         if slot is None:
             return None
@@ -302,7 +302,10 @@ def capacity_problems(hyperpod: HyperPodSettings, models: tuple[ModelSettings, .
     """HyperPod groups are fixed in size: models that do not fit would stay Pending, so they are refused."""
     if hyperpod.existing or not hyperpod.instance_groups or not models:
         return
-    wanted = sum(m.replicas * m.gpus for m in models)
+    wanted = sum(m.max_replicas * m.gpus for m in models)
+    scaled = any(m.autoscaling is not None for m in models)
+    counted = "replicas, or autoscaling.maxReplicas," if scaled else "replicas"
+    lower = "replicas or autoscaling.maxReplicas" if scaled else "replicas"
     largest = max(g.gpus_per_instance for g in hyperpod.instance_groups)
     summary = ", ".join(f"{g.name}: {g.count} x {g.instance_type} = {g.gpus} GPUs" for g in hyperpod.instance_groups)
     too_wide = [(index, m) for index, m in enumerate(models) if m.gpus > largest]
@@ -312,9 +315,9 @@ def capacity_problems(hyperpod: HyperPodSettings, models: tuple[ModelSettings, .
                      "one instance. Use a larger instance type or fewer GPUs.")
     if not too_wide and free_gpus_after_placing(hyperpod, models) is None:
         problems.add("hyperpod.instanceGroups", f"<{summary}>",
-                     f"cannot hold the models' replicas: they ask for {wanted} GPUs (replicas x gpus, each replica on "
-                     f"one instance) and the groups have {hyperpod.gpus}; HyperPod does not add instances on its "
-                     "own. Raise a GPU group's count or use a larger type, or lower models[].replicas.")
+                     f"cannot hold the models' replicas: they ask for {wanted} GPUs ({counted} x gpus, each replica "
+                     f"on one instance) and the groups have {hyperpod.gpus}; HyperPod does not add instances on its "
+                     f"own. Raise a GPU group's count or use a larger type, or lower models[].{lower}.")
 
 
 def hyperpod_warnings(hyperpod: HyperPodSettings, models: tuple[ModelSettings, ...]) -> list[str]:

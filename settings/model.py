@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field, fields
 from types import MappingProxyType
 from typing import Mapping
@@ -108,6 +109,26 @@ class RoutingSettings:
     parameters: Mapping[str, float] = field(default_factory=frozen_mapping)
 
 
+# KEDA's polling interval and the HorizontalPodAutoscaler's scale-down stabilization window, at
+# their own defaults (keda.sh ScaledObject spec; Kubernetes HPA behavior), written out so the
+# preview shows them.
+DEFAULT_POLLING_SECONDS = 30
+DEFAULT_SCALE_DOWN_SECONDS = 300
+
+
+@dataclass(frozen=True)
+class AutoscalingSettings:
+    """models[].autoscaling: a KEDA ScaledObject on the model's Deployment, on one vLLM gauge
+    (settings/observability.py says which)."""
+
+    min_replicas: int
+    max_replicas: int
+    metric: str = "waiting"
+    target: float = 2
+    polling_seconds: int = DEFAULT_POLLING_SECONDS
+    scale_down_seconds: int = DEFAULT_SCALE_DOWN_SECONDS
+
+
 @dataclass(frozen=True)
 class ModelSettings:
     """One model: a vLLM Deployment + Service and the gateway scheduler in front of it."""
@@ -134,6 +155,13 @@ class ModelSettings:
     picker_replicas: int | None = None
     route_timeout: str | None = None
     log_level: int | None = None
+    # With autoscaling, `replicas` is its minReplicas: what the model runs at least.
+    autoscaling: AutoscalingSettings | None = None
+
+    @property
+    def max_replicas(self) -> int:
+        """The most replicas the model can run: what its GPUs must be there for."""
+        return self.autoscaling.max_replicas if self.autoscaling is not None else self.replicas
 
     @property
     def selector(self) -> Mapping[str, str]:
@@ -171,6 +199,42 @@ class NetworkPolicySettings:
     monitoring_namespace: str = DEFAULT_MONITORING_NAMESPACE
     # Where the API server's pod proxy comes from (routing verify's counter reads); none by default.
     api_server_cidrs: tuple[str, ...] = ()
+
+
+# An Amazon Managed Service for Prometheus workspace's ARN; its region is where remote write goes.
+AMP_WORKSPACE_ARN = re.compile(
+    r"^arn:aws[a-z-]*:aps:(?P<region>[a-z0-9-]+):[0-9]{12}:workspace/(?P<id>ws-[0-9a-f-]{8,})$")
+
+
+@dataclass(frozen=True)
+class RemoteWriteSettings:
+    """Remote write to Amazon Managed Service for Prometheus: to a workspace the stack creates
+    (workspace_arn None), or to the one given."""
+
+    workspace_arn: str | None = None
+
+    @property
+    def region(self) -> str | None:
+        match = AMP_WORKSPACE_ARN.match(self.workspace_arn or "")
+        return match["region"] if match else None
+
+
+@dataclass(frozen=True)
+class ObservabilitySettings:
+    """observability: Prometheus, Grafana and the alerts, in the namespace the model pods'
+    NetworkPolicies admit (gateway.networkPolicy.monitoringNamespace)."""
+
+    enabled: bool = True
+    namespace: str = DEFAULT_MONITORING_NAMESPACE
+    scrape_interval_seconds: int = 15
+    retention_days: int = 15
+    prometheus_storage_gib: int = 20
+    # None: the stack's own encrypted gp3 class on a cluster it creates, the cluster's default
+    # class on an existing one.
+    storage_class: str | None = None
+    # True when the stack config holds the password (a secret); otherwise the stack generates one.
+    grafana_password_given: bool = False
+    remote_write: RemoteWriteSettings | None = None
 
 
 @dataclass(frozen=True)
@@ -303,6 +367,7 @@ class Settings:
     platform: str = "hyperpod"
     hyperpod: HyperPodSettings | None = None
     hf_token: bool = False
+    observability: ObservabilitySettings = ObservabilitySettings()
     warnings: tuple[str, ...] = ()
 
     def model_named(self, name: str) -> ModelSettings:

@@ -15,14 +15,15 @@ from typing import Any
 from settings.picker_config import (STICKY_PARAMETERS, PickerConfigError, load_endpoint_picker_config,
                                     render_sticky_picker_config)
 
-from .errors import HIDDEN, NOT_SET, SettingsError
+from .errors import HIDDEN, NO_VALUE, NOT_SET, SettingsError
 from .hyperpod import HyperPodParser, capacity_problems, hyperpod_warnings, parse_platform, picker_replica_warnings
 from .model import (DEFAULT_IMPLEMENTATION, DEFAULT_NAMESPACE, DEFAULT_VLLM_IMAGE, DEPENDENCY_ADDON_MINIMUMS,
                     MODELLED_VLLM_VERSION,
                     GATEWAY_IMPLEMENTATIONS, WEIGHT_NAMES, ClusterSettings, GatewaySettings, GpuNodeSettings,
                     ROUTING_RECIPES, JwtSettings, ModelSettings, NodeGroupSize, PickerConfigMap, RoutingSettings,
                     Settings, SystemNodeSettings, default_of, frozen_mapping, is_bottlerocket)
-from .model import NetworkPolicySettings
+from .model import NetworkPolicySettings, ObservabilitySettings
+from .observability import ObservabilityParser, observability_warnings
 from .reader import MISSING, Coerce, ConfigNode, Problems, decode_json, did_you_mean, finite_number
 from .security import security_warnings
 
@@ -45,10 +46,11 @@ WEIGHT_HINT = " Weights are non-negative integers; 0 turns a scorer off."
 # The CRD stores weights as integers; beyond int32 the API server would reject or truncate them.
 MAX_WEIGHT = 2**31 - 1
 
-TOP_LEVEL_KEYS = ("platform", "namespace", "models", "weights", "routing", "gateway", "cluster", "hyperpod", "gpuNodes", "hfToken")
+TOP_LEVEL_KEYS = ("platform", "namespace", "models", "weights", "routing", "gateway", "cluster", "hyperpod", "gpuNodes",
+                  "hfToken", "observability")
 MODEL_KEYS = ("name", "model", "deployment", "replicas", "image", "gpus", "cpu", "memory", "port", "maxModelLen",
               "gpuMemoryUtilization", "extraArgs", "scheduler", "weights", "routing", "pickerConfigMap",
-              "loraAdapters", "pickerReplicas", "routeTimeout", "logLevel")
+              "loraAdapters", "pickerReplicas", "routeTimeout", "logLevel", "autoscaling")
 GATEWAY_KEYS = ("name", "implementation", "bbr", "bbrReplicas", "tls", "jwt", "networkPolicy", "metrics", "podDefaults",
                 "installAddon",
                 "addonVersion", "loadBalancerController", "keda", "gatedModelAccess", "executionRoleArn",
@@ -194,15 +196,37 @@ class _Parser:
             capacity_problems(hyperpod, models, self.problems)
         gateway = self.gateway(gateway_node, models, implementation, cluster)
         hf_token = self.hf_token(top, secret_keys)
+        observability = ObservabilityParser(self.problems, self.coerce).settings(
+            top.child("observability"), namespace=gateway.network_policy.monitoring_namespace, models_namespace=namespace,
+            secret_keys=secret_keys)
+        self.autoscaling_rules(models, observability, gateway, top.child("gateway"))
         warnings = list(self.warnings(gateway, models, gpu_nodes))
         warnings += security_warnings(gateway, cluster)
+        warnings += observability_warnings(observability, cluster)
         if hyperpod is not None:
             warnings += hyperpod_warnings(hyperpod, models)
         if gateway.implementation == "hyperpod":
             warnings += picker_replica_warnings(models)
         return Settings(stack=stack, namespace=namespace, models=models, gateway=gateway, cluster=cluster,
                         gpu_nodes=gpu_nodes, platform=platform, hyperpod=hyperpod, hf_token=hf_token,
-                        warnings=tuple(warnings))
+                        observability=observability, warnings=tuple(warnings))
+
+    def autoscaling_rules(self, models: tuple[ModelSettings, ...], observability: ObservabilitySettings,
+                          gateway: GatewaySettings, gateway_node: ConfigNode) -> None:
+        """What a model's scaler needs: the stack's Prometheus to query, and KEDA to run it."""
+        scaled = [(index, model) for index, model in enumerate(models) if model.autoscaling is not None]
+        if not scaled:
+            return
+        if not observability.enabled:
+            for index, _ in scaled:
+                self.problems.add(f"models[{index}].autoscaling", NO_VALUE,
+                                  "queries the stack's Prometheus, and observability.enabled is false. Remove "
+                                  "observability.enabled, or remove the autoscaling block.")
+        if gateway.implementation == "hyperpod" and gateway.install_addon and not gateway.keda:
+            self.problems.add("gateway.keda", gateway_node.raw("keda"),
+                              f"is false, and models[{scaled[0][0]}].autoscaling needs KEDA, which on HyperPod comes "
+                              "from the inference add-on's own option. Remove gateway.keda (it is on when a model "
+                              "autoscales), or remove the autoscaling block.")
 
     def _only_on(self, wanted: str, platform: str, node: ConfigNode, name: str, why: str) -> None:
         if name in node.names():
@@ -318,6 +342,8 @@ class _Parser:
         picker_replicas = node.leaf("pickerReplicas", c.integer(minimum=1), None)
         route_timeout = node.leaf("routeTimeout", c.string(_duration_message), None)
         log_level = node.leaf("logLevel", c.integer(minimum=0, maximum=5, hint=" It is the picker's verbosity."), None)
+        autoscaling = (ObservabilityParser(self.problems, c).autoscaling(f"{key}.autoscaling", entry, "replicas" in entry)
+                       if "autoscaling" in entry else None)
         weights = {**gateway_weights, **own_weights}
         if config_map is not None and weights:
             where = f"{key}.weights" if own_weights else "weights (gateway-wide, applied to every model)"
@@ -340,13 +366,15 @@ class _Parser:
         if len(self.problems.items) > before:
             return None
         return ModelSettings(
-            name=name, model=model_id, deployment=deployment, replicas=replicas, image=image, gpus=gpus, cpu=cpu,
+            name=name, model=model_id, deployment=deployment,
+            replicas=autoscaling.min_replicas if autoscaling is not None else replicas, image=image, gpus=gpus, cpu=cpu,
             memory=memory, port=port,
             max_model_len=max_model_len, gpu_memory_utilization=gpu_memory, extra_args=extra_args,
             scheduler=scheduler, weights=frozen_mapping(weights), picker_config_map=config_map,
             routing=RoutingSettings(routing.get("recipe", default_of(RoutingSettings, "recipe")),
                                     frozen_mapping({n: v for n, v in routing.items() if n != "recipe"})),
-            lora_adapters=loras, picker_replicas=picker_replicas, route_timeout=route_timeout, log_level=log_level)
+            lora_adapters=loras, picker_replicas=picker_replicas, route_timeout=route_timeout, log_level=log_level,
+            autoscaling=autoscaling)
 
     # -- routing recipe ----------------------------------------------------------------------
 
@@ -533,7 +561,8 @@ class _Parser:
                                                   "gateway.loadBalancerController is false, so no NLB is made. Use auto "
                                                   "(the Gateway terminates TLS with a certificate from the stack's "
                                                   "private CA), or remove gateway.loadBalancerController.")
-        keda = node.leaf("keda", c.boolean, default_of(GatewaySettings, "keda"))
+        # On when a model autoscales: HyperPod's KEDA is the add-on's own option.
+        keda = node.leaf("keda", c.boolean, any(m.autoscaling is not None for m in models) and install_addon)
         gated = node.leaf("gatedModelAccess", c.boolean, default_of(GatewaySettings, "gated_model_access"))
         execution_role = node.leaf("executionRoleArn", c.string(_execution_role_message), None)
         dependency_versions = self.dependency_addon_versions(node.child("dependencyAddonVersions"))
@@ -774,19 +803,28 @@ class _Parser:
                             "to ACM, which needs cert-manager in the cluster and the add-on's roles; with "
                             "gateway.installAddon false this stack installs neither. Without them the gateway never "
                             "reports Ready.")
+        if (gateway.implementation == "hyperpod" and not gateway.install_addon
+                and any(model.autoscaling is not None for model in models)):
+            warnings.append("models[].autoscaling on an existing cluster whose inference add-on this stack does not "
+                            "install: its ScaledObjects need KEDA, which on HyperPod is the add-on's keda option. "
+                            "Check `kubectl get deploy -n hyperpod-inference-system keda-operator`.")
         for index, model in enumerate(models):
             if (note := other_vllm_release(model.image)) is not None:
                 warnings.append(f"models[{index}].image {model.image} {note}")
         if gpu_nodes is not None and models:
             per_node = GPUS_PER_INSTANCE.get(gpu_nodes.instance_types[0])
-            wanted = sum(m.replicas * m.gpus for m in models)
+            # At most: a model that autoscales counts at its maxReplicas.
+            wanted = sum(m.max_replicas * m.gpus for m in models)
             if per_node is not None:
-                # Nothing here scales the node group: `desired` nodes are what the pods get.
+                # Nothing here scales the node group (node autoscaling is out of this stack's scope):
+                # `desired` nodes are what the pods get.
                 available = per_node * gpu_nodes.time_slicing * gpu_nodes.size.desired
                 if wanted > available:
-                    warnings.append(f"the models ask for {wanted} GPUs but gpuNodes.desired={gpu_nodes.size.desired} "
-                                    f"nodes of {gpu_nodes.instance_types[0]} give {available}; some replicas will stay "
-                                    "Pending. Raise gpuNodes.desired or lower replicas.")
+                    scaled = " at autoscaling.maxReplicas" if any(m.autoscaling for m in models) else ""
+                    warnings.append(f"the models ask for {wanted} GPUs{scaled} but gpuNodes.desired="
+                                    f"{gpu_nodes.size.desired} nodes of {gpu_nodes.instance_types[0]} give {available}; "
+                                    "some replicas will stay Pending. Raise gpuNodes.desired or lower replicas "
+                                    "(or maxReplicas).")
                 elif wanted == available:
                     warnings.append(f"the models use all {available} GPUs of gpuNodes.desired={gpu_nodes.size.desired} "
                                     "nodes, so a rolling update (which starts the new pod before stopping an old one) "

@@ -66,7 +66,7 @@ def test_the_listing_groups_what_a_person_reviews_and_marks_what_only_aws_knows(
     headings = [line for line in out.splitlines() if line.startswith("== ")]
     assert [h.split(" (")[0] for h in headings] == [
         "== Warnings the program logs", "== AWS resources", "== Helm charts", "== Kubernetes manifests from files",
-        "== Kubernetes objects", "== Providers", "== Components", "== Stack outputs"]
+        "== Kubernetes objects", "== Providers", "== Components", "== Other resources", "== Stack outputs"]
     assert "  warning: gateway.jwt is not set: the gateway authenticates nobody" in out
     assert "  Deployment inference/vllm-qwen-small  (kubernetes:apps/v1:Deployment" in out
     assert ("  oci://ghcr.io/llm-d/charts/llm-d-router-gateway v0.10.0 from its OCI registry, "
@@ -118,7 +118,7 @@ def test_a_secret_in_the_stack_file_is_never_printed(capsys, tmp_path):
     assert status == 0 and ciphertext not in out + err
     shown = dry_run_json(capsys, "--stack", "secret", "--stacks-dir", str(tmp_path))
     assert ciphertext not in json.dumps(shown)
-    (token,) = [e for e in shown["resources"] if e.get("kind") == "Secret"]
+    (token,) = [e for e in shown["resources"] if e.get("kind") == "Secret" and e["objectName"] == "hf-token"]
     assert token["inputs"]["stringData"] == SECRET and shown["outputs"]["kubeconfig"] == SECRET
 
 

@@ -105,7 +105,9 @@ def test_the_inference_addon_gets_its_whole_documented_configuration():
     versions = {r.inputs["addonName"]: r.inputs.get("addonVersion") for r in run.of_type(ADDON_TYPE)}
     assert versions == {"aws-mountpoint-s3-csi-driver": "v1.14.1-eksbuild.1", "aws-fsx-csi-driver": "v1.6.0-eksbuild.1",
                         "metrics-server": "v0.7.2-eksbuild.4", "cert-manager": "v1.18.2-eksbuild.2",
-                        "eks-pod-identity-agent": None, "amazon-sagemaker-hyperpod-inference": "v2.1.0-eksbuild.1"}
+                        "eks-pod-identity-agent": None, "amazon-sagemaker-hyperpod-inference": "v2.1.0-eksbuild.1",
+                        # The monitoring stack's volumes (observability, on by default).
+                        "aws-ebs-csi-driver": None}
     for name in ("aws-mountpoint-s3-csi-driver", "aws-fsx-csi-driver"):
         assert run.named(f"inference-addon-{name}").inputs["serviceAccountRoleArn"] == role(name)
     assert run.named("inference-addon-addon").options["customTimeouts"]["create"] == "40m"
@@ -260,6 +262,8 @@ def test_toggling_prefix_weight_changes_only_the_gateway_resource():
     before = run_program({**SEED_STEP_5_CONFIG, "weights.prefix": "3"}, stack="seed")
     after = run_program(SEED_STEP_5_CONFIG, stack="seed")
     assert changed_resources(before, after) == [(GATEWAY_TYPE, "gateway-config")]
+    # Its monitors, rules and dashboard among what stayed (tests/test_observability.py adds a scaler).
+    assert {r.inputs.get("kind") for r in before.resources} >= {"PodMonitor", "PrometheusRule", "ConfigMap"}
     assert before.named("gateway-config").inputs["spec"]["schedulers"][0]["weights"]["prefix"] == 3
     assert after.named("gateway-config").inputs["spec"]["schedulers"][0]["weights"]["prefix"] == 0
     gateway = after.named("gateway-config")
@@ -393,9 +397,12 @@ def test_existing_cluster_looks_up_its_oidc_provider_only_for_the_addon():
 
 
 def as_kubernetes_json(value):
-    """Mocks hand every number back as a float; the API schemas want integers where they are whole."""
+    """Mocks hand every number back as a float, and a value holding a secret as the secret's
+    wrapper; the API schemas want integers where they are whole, and the value itself."""
     if isinstance(value, float) and value.is_integer():
         return int(value)
+    if isinstance(value, dict) and value.get(SPECIAL_SIG_KEY) == SECRET_SIG:
+        return as_kubernetes_json(value.get("value", {}))
     if isinstance(value, dict):
         return {k: as_kubernetes_json(v) for k, v in value.items()}
     if isinstance(value, list):

@@ -92,6 +92,10 @@ def test_turning_prefix_off_changes_only_the_pickers_config_and_rolls_them():
     assert inputs_before.keys() == inputs_after.keys()
     changed = sorted(name for (_, name) in inputs_before if inputs_before[(_, name)] != inputs_after[(_, name)])
     assert changed == ["router-qwen-router", "router-qwen-small-router"]
+    # So the monitors, rules and dashboards (observability is on) are as they were; with a scaler
+    # too in tests/test_observability.py.
+    assert {kind for (_, name) in inputs_before if (kind := inputs_before[(_, name)].get("kind")) in
+            ("PodMonitor", "PrometheusRule", "ConfigMap")} == {"PodMonitor", "PrometheusRule", "ConfigMap"}
     for model in ("qwen", "qwen-small"):
         config, values = picker_config(after, model)
         assert "prefix-cache-scorer" not in scorer_weights(config)

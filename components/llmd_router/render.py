@@ -7,6 +7,7 @@ import hashlib
 from typing import Any
 
 from components.gateway_api.render import GATEWAY_CLASS, MODEL_HEADER
+from components.observability.render import router_monitoring
 from settings import ModelSettings, Settings
 from settings.picker import endpoint_picker_config_text
 
@@ -41,13 +42,13 @@ def router_values(model: ModelSettings, settings: Settings) -> dict[str, Any]:
     }
     if model.log_level is not None:
         epp["flags"] = {"v": model.log_level}
-    return {
-        "provider": {"name": GATEWAY_CLASS},
-        "router": {
-            "modelServers": {"matchLabels": dict(model.selector), "targetPorts": [{"number": model.port}]},
-            "epp": epp,
-        },
+    router: dict[str, Any] = {
+        "modelServers": {"matchLabels": dict(model.selector), "targetPorts": [{"number": model.port}]},
+        "epp": epp,
     }
+    if (monitoring := router_monitoring(settings, model)) is not None:
+        router["monitoring"] = monitoring
+    return {"provider": {"name": GATEWAY_CLASS}, "router": router}
 
 
 def http_route(model: ModelSettings, settings: Settings) -> dict[str, Any]:

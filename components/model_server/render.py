@@ -64,6 +64,8 @@ def vllm_args(model: ModelSettings) -> list[str]:
 
 def deployment(model: ModelSettings, namespace: str, *, hf_token: bool,
                gpu_node_selector: Mapping[str, str] | None) -> dict[str, Any]:
+    """The model's Deployment. With autoscaling it names no replica count: KEDA's autoscaler owns
+    it, and a count here would be reset to at every `pulumi up`."""
     labels = pod_labels(model)
     health = {"httpGet": {"path": "/health", "port": "http"}}
     container: dict[str, Any] = {
@@ -110,7 +112,7 @@ def deployment(model: ModelSettings, namespace: str, *, hf_token: bool,
         "kind": "Deployment",
         "metadata": {"name": model.deployment, "namespace": namespace, "labels": labels},
         "spec": {
-            "replicas": model.replicas,
+            **({"replicas": model.replicas} if model.autoscaling is None else {}),
             "selector": {"matchLabels": dict(model.selector)},
             # Never below the serving replicas: the new pod must be Ready before an old one goes.
             # That needs one spare GPU; the settings warn when gpuNodes.desired leaves none.
@@ -135,7 +137,7 @@ def service(model: ModelSettings, namespace: str) -> dict[str, Any]:
 
 def pod_disruption_budget(model: ModelSettings, namespace: str) -> dict[str, Any] | None:
     """Keeps node drains from taking more than one replica at a time; pointless for a single replica."""
-    if model.replicas <= 1:
+    if model.max_replicas <= 1:
         return None
     return {
         "apiVersion": "policy/v1",

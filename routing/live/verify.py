@@ -14,7 +14,10 @@ line {"at", "weights"} (a weight change) is refused: verify cannot change the we
 live gateway mid-run.
 
 Pods are found by their `app` label through the Kubernetes API and read through the API
-server's pod proxy; the gateway's Service is reached through the service proxy (over https
+server's pod proxy, or their counters are read from Prometheus (--prometheus URL, e.g. the stack's
+through what `pulumi stack output prometheusCommand` prints): the same deltas, from the samples
+Prometheus scraped, so a pod that restarts or is replaced during the run still counts what it
+served; the gateway's Service is reached through the service proxy (over https
 when the gateway's pods terminate TLS; --gateway-scheme overrides). Both use your kubeconfig
 (exec auth such as `aws eks get-token` included). Or point at them directly with --pod-url
 and --gateway-url.
@@ -40,13 +43,14 @@ import urllib.request
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Protocol, Sequence, TextIO
 
-from routing.metrics import DeltaReport, VllmMetrics, diff_reads, parse_metrics
+from routing.metrics import PREFIX_SPELLINGS, REQUESTS, DeltaReport, VllmMetrics, diff_reads, parse_metrics
 from routing.options import (URL_SCHEMES, OptionError, add_model_options, http_url, load_stack_model, named_url,
                              port_number, unique_named_urls)
 from routing.tables import format_pod_table
 from routing.workloads import BUILTIN_WORKLOADS, Arrival, WorkloadError, load_arrivals, load_weight_changes
 from settings import GATEWAY_OWNER_LABEL, GATEWAY_SYSTEM_NAMESPACE, VLLM_PORT
 from settings.endpoints import Location, gateway_service, picker_pods, service_scheme
+from settings.observability import POD_LABEL
 
 # The page's curl loop uses -m 60 per request and -m 15 per metrics read.
 REQUEST_TIMEOUT = 60.0
@@ -182,6 +186,108 @@ class UrlGateway:
         except (urllib.error.URLError, OSError) as error:
             self.last_error = f"{self.url}: {error}"
             return 0  # like curl's 000: no HTTP answer at all
+
+
+# -- from Prometheus ---------------------------------------------------------------------------
+
+# What Prometheus's samples must reach back to: the stack scrapes every 15 s by default.
+PROMETHEUS_LOOKBACK = 120.0
+# How long the reads after a batch wait for Prometheus to scrape every pod again: a few of the
+# stack's scrape intervals (observability.scrapeInterval, 15 s unless set).
+PROMETHEUS_SETTLE_SCRAPES = 4
+PROMETHEUS_COUNTERS = {"requests": REQUESTS, "prefix_hits": PREFIX_SPELLINGS[0][0],
+                       "prefix_queries": PREFIX_SPELLINGS[0][1]}
+
+
+def counted_since(samples: Sequence[tuple[float, float]], after: float | None) -> float:
+    """What a counter counted after time `after` (None: everything since it started), from its
+    samples in time order; a sample lower than the one before means the counter restarted from zero."""
+    total, previous = 0.0, None
+    for at, value in samples:
+        if after is not None and at <= after:
+            previous = value
+            continue
+        total += value - previous if previous is not None and value >= previous else value
+        previous = value
+    return total
+
+
+@dataclass
+class PrometheusPods:
+    """A model's pods as Prometheus scraped them (`{namespace, app}`, the stack's PodMonitor labels).
+
+    Each read returns what every pod counted since the first read's baseline: the newest sample
+    of each series at that first read, which waits for a scrape newer than its own start. A
+    series that appears later (a new or replaced pod) counts from zero, and a counter that went
+    down was restarted. So the deltas `measure` takes between reads are exact, restarts included.
+    """
+
+    url: str
+    selector: str
+    timeout: float = METRICS_TIMEOUT
+    fresh_timeout: float = 60.0
+    started: float | None = None
+    baseline: dict[tuple[str, tuple], float] | None = None
+
+    def query(self, expr: str, at: float) -> list[dict]:
+        address = f"{self.url.rstrip('/')}/api/v1/query?" + urllib.parse.urlencode({"query": expr, "time": f"{at:.3f}"})
+        try:
+            with urllib.request.urlopen(address, timeout=self.timeout) as response:
+                answer = json.loads(response.read())
+        except urllib.error.HTTPError as error:
+            raise VerifyError(f"--prometheus {self.url}: the query {expr!r} answered HTTP {error.code} "
+                              f"({error.read().decode(errors='replace')[:200]}). Is it a Prometheus?") from None
+        except (urllib.error.URLError, OSError, ValueError) as error:
+            raise VerifyError(f"--prometheus {self.url}: cannot query it ({error}). Forward the stack's: run what "
+                              "`pulumi stack output prometheusCommand` prints in another terminal, then pass "
+                              "--prometheus http://127.0.0.1:9090.") from None
+        return answer.get("data", {}).get("result", [])
+
+    def samples(self, metric: str, now: float) -> dict[tuple[str, tuple], list[tuple[float, float]]]:
+        window = max(1, int(now - (self.started or now) + PROMETHEUS_LOOKBACK))
+        series = {}
+        for result in self.query(f"{metric}{{{self.selector}}}[{window}s]", now):
+            labels = result.get("metric", {})
+            key = (metric, tuple(sorted(labels.items())))
+            series[key] = [(float(at), float(value)) for at, value in result.get("values", [])]
+        return series
+
+    def read(self) -> dict[str, VllmMetrics]:
+        now = time.time()
+        if self.baseline is None:
+            return self._first_read(now)
+        return self._counted(now)
+
+    def _first_read(self, now: float) -> dict[str, VllmMetrics]:
+        self.started = now
+        deadline = now + self.fresh_timeout
+        while True:
+            series = {key: values for metric in PROMETHEUS_COUNTERS.values()
+                      for key, values in self.samples(metric, time.time()).items()}
+            if not series:
+                raise VerifyError(f"--prometheus {self.url}: no series {REQUESTS}{{{self.selector}}}. Does the stack's "
+                                  "PodMonitor select the model's pods (observability), and are --namespace and --label "
+                                  "the model's?")
+            if all(values and values[-1][0] >= now for values in series.values()):
+                break
+            if time.time() > deadline:
+                raise VerifyError(f"--prometheus {self.url}: no scrape of every pod of {{{self.selector}}} within "
+                                  f"{self.fresh_timeout:g}s; check its targets (Status > Targets).")
+            time.sleep(0.5)
+        self.baseline = {key: values[-1][0] for key, values in series.items()}
+        return self._counted(time.time())
+
+    def _counted(self, now: float) -> dict[str, VllmMetrics]:
+        totals: dict[str, dict[str, float]] = {}
+        for field_name, metric in PROMETHEUS_COUNTERS.items():
+            for key, values in self.samples(metric, now).items():
+                pod = dict(key[1]).get("pod", "?")
+                counted = counted_since(values, self.baseline.get(key))
+                pod_totals = totals.setdefault(pod, dict.fromkeys(PROMETHEUS_COUNTERS, 0.0))
+                pod_totals[field_name] += counted
+        return {pod: VllmMetrics(requests=t["requests"], prefix_hits=t["prefix_hits"],
+                                 prefix_queries=t["prefix_queries"], waiting=0.0, running=0.0, kv_usage=0.0)
+                for pod, t in sorted(totals.items())}
 
 
 # -- through the Kubernetes API server ---------------------------------------------------------
@@ -499,6 +605,10 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     pods = parser.add_argument_group("pods (one of)")
     pods.add_argument("--pod-url", action="append", type=named_url("--pod-url"), metavar="NAME=URL",
                       help="a vLLM server's base URL (repeatable); skips the Kubernetes API for pods")
+    pods.add_argument("--prometheus", type=http_url("--prometheus"), metavar="URL",
+                      help="read the pods' counters from this Prometheus instead (the stack's: run what `pulumi "
+                           "stack output prometheusCommand` prints, then http://127.0.0.1:9090); the pods are "
+                           "{namespace, app=<label>}")
     pods.add_argument("--namespace", help="the model's namespace (default: the stack's)")
     pods.add_argument("--label", help="the pods' app label (default: the stack model's deployment name)")
     pods.add_argument("--port", type=port_number("--port"),
@@ -538,11 +648,13 @@ class Target:
     pickers: Location | None = None
     # The stack's gateway.jwt issuer, when its gateway requires a token.
     jwt_issuer: str | None = None
+    # How often the stack's Prometheus scrapes (observability.scrapeInterval).
+    scrape_interval: float = 15.0
 
 
 def resolve_target(args: argparse.Namespace) -> Target:
     model = namespace = label = gateway = pickers = issuer = None
-    port, scheme = VLLM_PORT, "http"
+    port, scheme, interval = VLLM_PORT, "http", 15.0
     found = load_stack_model(args.stack, args.model, args.stacks_dir)
     if found is not None:
         entry, settings = found.model, found.settings
@@ -550,12 +662,13 @@ def resolve_target(args: argparse.Namespace) -> Target:
         # Each implementation puts its gateway Service and pickers somewhere else.
         gateway, scheme, pickers = gateway_service(settings), service_scheme(settings), picker_pods(settings, entry)
         issuer = settings.gateway.jwt.issuer if settings.gateway.jwt is not None else None
+        interval = float(settings.observability.scrape_interval_seconds)
     if args.gateway_name:
         # By name alone: where the HyperPod add-on puts its gateways' Envoy Service.
         gateway = Location(GATEWAY_SYSTEM_NAMESPACE, f"{GATEWAY_OWNER_LABEL}={args.gateway_name}")
     return Target(model_id=args.model_id or model, namespace=args.namespace or namespace, label=args.label or label,
                   port=args.port or port, gateway=gateway, gateway_scheme=args.gateway_scheme or scheme,
-                  pickers=pickers, jwt_issuer=issuer)
+                  pickers=pickers, jwt_issuer=issuer, scrape_interval=interval)
 
 
 def describe_pickers(api: KubeApi, where: Location) -> str:
@@ -600,8 +713,16 @@ def build_clients(args: argparse.Namespace, target: Target) -> tuple[PodReader, 
         api = api or KubeApi(args.context, args.kubeconfig)
         return api
 
+    if args.pod_url and args.prometheus:
+        raise VerifyError(f"--pod-url and --prometheus {args.prometheus} both say where the counters are: pass one.")
     if args.pod_url:
         pods: PodReader = UrlPods(unique_named_urls("--pod-url", args.pod_url))
+    elif args.prometheus:
+        if not (target.namespace and target.label):
+            raise VerifyError(f"--prometheus {args.prometheus}: which pods? Pass --stack dev --model qwen-small, or "
+                              "--namespace and --label (the pods' app label)")
+        pods = PrometheusPods(args.prometheus, f'namespace="{target.namespace}", {POD_LABEL}="{target.label}"',
+                              fresh_timeout=PROMETHEUS_SETTLE_SCRAPES * target.scrape_interval)
     else:
         if not (target.namespace and target.label):
             raise VerifyError("no pods to read: pass --pod-url NAME=URL (repeatable), or --stack dev --model "
@@ -618,7 +739,7 @@ def build_clients(args: argparse.Namespace, target: Target) -> tuple[PodReader, 
             raise VerifyError("no gateway: pass --gateway-url URL, or --stack dev --model qwen-small, "
                               "or --gateway-name NAME")
         gateway = KubeGateway.find(kube(), target.gateway, headers, target.gateway_scheme)
-    if target.pickers is not None and not args.pod_url:
+    if target.pickers is not None and not args.pod_url and not args.prometheus:
         print(describe_pickers(kube(), target.pickers), file=sys.stderr if args.json else sys.stdout)
     return pods, gateway
 
@@ -662,7 +783,8 @@ def run(args: argparse.Namespace) -> int:
         note = timing_note(arrivals)
         if note:
             print(f"verify: {note}", file=out, flush=True)
-        measurement = measure(pods, gateway, [arrival.body for arrival in arrivals], out)
+        settle = PROMETHEUS_SETTLE_SCRAPES * target.scrape_interval if args.prometheus else SETTLE_TIMEOUT
+        measurement = measure(pods, gateway, [arrival.body for arrival in arrivals], out, settle_timeout=settle)
     except (VerifyError, OptionError, WorkloadError) as error:
         print(f"verify: {error}", file=sys.stderr)
         return 2

@@ -1,6 +1,7 @@
 """How the vLLM servers the e2e tests and benchmarks start are laid out on this machine."""
 
 import io
+import os
 import sys
 import time
 
@@ -163,3 +164,14 @@ def test_stopping_servers_tells_them_all_at_once_so_they_shut_down_together(tmp_
             time.sleep(0.05)
     stop_servers(servers)
     assert [server.log_path.read_text().splitlines() for server in servers] == [["up", "stopped with the other"]] * 2
+
+
+def test_a_relative_vllm_python_is_made_absolute_so_servers_find_it_from_their_own_directory(tmp_path, monkeypatch):
+    venv_python = tmp_path / "venv" / "bin" / "python"
+    venv_python.parent.mkdir(parents=True)
+    venv_python.symlink_to(sys.executable)
+    monkeypatch.setattr(vllm_server, "vllm_version", lambda python: "0.32.0")
+    monkeypatch.chdir(tmp_path)
+    resolved = vllm_server.resolve_vllm_python(os.path.join("venv", "bin", "python"))
+    # The venv's own path, not the interpreter its symlink points to.
+    assert resolved == str(venv_python)

@@ -1,0 +1,3 @@
+from .component import Autoscaling
+
+__all__ = ["Autoscaling"]

@@ -1,0 +1,3 @@
+from .component import Observability
+
+__all__ = ["Observability"]
