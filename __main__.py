@@ -45,12 +45,13 @@ models = [ModelServer(f"model-{model.name}", model=model, namespace=settings.nam
                       opts=in_cluster)
           for model in settings.models]
 
-gateway = platform.endpoint_picker(settings, cluster, capacity, region=region, depends_on=[namespace])
 # The password given as a secret, else one the stack generates and keeps.
 given_password = grafana_password(raw) if settings.observability.grafana_password_given else None
 monitoring = platform.observability(settings, cluster, capacity, region=region,
                                     grafana_password=pulumi.Output.secret(given_password) if given_password else None,
                                     depends_on=[namespace])
+gateway = platform.endpoint_picker(settings, cluster, capacity, region=region, depends_on=[namespace],
+                                   monitoring=monitoring)
 platform.autoscaling(settings, cluster, depends_on=[*models, gateway, *([monitoring] if monitoring else [])])
 
 pulumi.export("platform", settings.platform)

@@ -64,7 +64,8 @@ def gpu_capacity(settings: Settings, eks_cluster: Cluster | ExistingCluster, *, 
 
 
 def endpoint_picker(settings: Settings, eks_cluster: Cluster | ExistingCluster, capacity: GpuCapacity, *,
-                    region: str, depends_on: list[pulumi.Resource]) -> Gateway | GatewayApiDataPlane:
+                    region: str, depends_on: list[pulumi.Resource],
+                    monitoring: Observability | None = None) -> Gateway | GatewayApiDataPlane:
     """The gateway and one endpoint picker per model, and the NetworkPolicies that leave the model
     pods reachable only through them; the result has `name`, `url_command` and `ca_command`."""
     in_cluster = pulumi.ResourceOptions(provider=eks_cluster.provider)
@@ -76,9 +77,10 @@ def endpoint_picker(settings: Settings, eks_cluster: Cluster | ExistingCluster, 
             "gateway-api", settings=settings, cluster_name=eks_cluster.name, region=region, vpc_id=eks_cluster.vpc_id,
             oidc_provider_arn=eks_cluster.oidc_provider_arn, oidc_issuer_url=eks_cluster.oidc_issuer_url,
             k8s_provider=eks_cluster.provider, depends_on=[*eks_cluster.ready, *depends_on])
+        monitoring_crds = [monitoring.chart] if monitoring is not None else []
         for model in settings.models:
             LlmdRouter(f"router-{model.name}", model=model, settings=settings,
-                       opts=in_cluster.merge(pulumi.ResourceOptions(depends_on=[*depends_on, *data_plane.ready])))
+                       depends_on=[*depends_on, *data_plane.ready, *monitoring_crds], opts=in_cluster)
         return data_plane
     gateway_dependencies = list(depends_on)
     if settings.gateway.install_addon:

@@ -289,6 +289,17 @@ def test_turning_observability_off_declares_none_of_it():
     assert "grafanaCommand" not in run.outputs
 
 
+def test_on_eks_each_router_chart_waits_for_the_monitoring_chart_whose_crd_its_service_monitor_needs():
+    def chart_dependencies(run):
+        return {urn.rsplit("::", 1)[-1] for urn in run.named("router-qwen-router").options["dependencies"]}
+
+    # Created after the monitoring chart (its ServiceMonitor CRD), and so destroyed before it.
+    on = chart_dependencies(stack_run("eks"))
+    assert {"observability-kube-prometheus-stack", "gateway-api-inference-pool-crd"} <= on
+    off = chart_dependencies(stack_run("eks", **{"observability.enabled": "false"}))
+    assert off == on - {"observability-kube-prometheus-stack"}
+
+
 # -- refused before anything is declared ---------------------------------------------------------------
 
 def with_model(config, **fields):

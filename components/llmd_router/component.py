@@ -12,10 +12,13 @@ from . import render
 
 
 class LlmdRouter(pulumi.ComponentResource):
-    def __init__(self, name: str, *, model: ModelSettings, settings: Settings,
+    def __init__(self, name: str, *, model: ModelSettings, settings: Settings, depends_on: list[pulumi.Resource],
                  opts: pulumi.ResourceOptions | None = None):
         super().__init__("inference-gateway:index:LlmdRouter", name, None, opts)
-        child = pulumi.ResourceOptions(parent=self)
+        # The chart needs what the data plane installs (the InferencePool and Gateway API CRDs) and,
+        # with observability on, the monitoring chart's ServiceMonitor CRD: created after them and
+        # destroyed before them.
+        child = pulumi.ResourceOptions(parent=self, depends_on=depends_on)
         # A weight change alters only these values (the configuration and its hash on the
         # picker's pods), so `pulumi up` rolls the picker and nothing else.
         self.chart = k8s.helm.v4.Chart(f"{name}-router", chart=render.ROUTER_CHART, name=model.name,
