@@ -14,3 +14,6 @@ role, and imports flow one way, left to right never back:
 - `live/`: the tools that talk to real pods (`verify`, `serve`, `calibrate`);
 - `lab/`: the local lab of real vLLM CPU servers (the tiny model, `demo`, `servers`).
 """
+
+# Before any module of the simulator's core loads: compiled, or the pure-Python reference (compiled.py).
+from routing import compiled  # noqa: E402,F401

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import random
 import sys
+from array import array
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -251,14 +252,14 @@ def with_default_weights(overrides: Mapping[str, int] | None) -> dict[str, int]:
     return {**DEFAULT_WEIGHTS, **(overrides or {})}
 
 
-def _min_max_scores(values: Mapping[str, int]) -> dict[str, float]:
+def _min_max_scores(values: Sequence[int]) -> list[float]:
     # LDR scorer/queuedepth/queue.go and scorer/runningrequests/runningrequest.go@v0.10.0:
     # (max - v) / (max - min); all equal is neutral, 1.0.
-    low, high = min(values.values()), max(values.values())
+    low, high = min(values), max(values)
     if low == high:
-        return dict.fromkeys(values, 1.0)
+        return [1.0] * len(values)
     span = high - low
-    return {name: (high - value) / span for name, value in values.items()}
+    return [(high - value) / span for value in values]
 
 
 def _lora_score(pod: PodMetrics, target: str) -> float:
@@ -285,18 +286,20 @@ class PrefixIndex:
         self._lru_by_pod: dict[str, OrderedDict[int, None]] = {}
         self._capacity_by_pod: dict[str, int] = {}
 
-    def match(self, hashes: Sequence[int]) -> dict[str, int]:
-        """Blocks matched per pod: walk from block 0, stop at the first block no pod holds, and
-        credit every pod holding each block on the way (approximateprefix/plugin.go
-        matchLongestPrefix). A pod need not hold an unbroken run to be credited."""
-        matched: dict[str, int] = {}
+    def match(self, hashes: Sequence[int], position: Mapping[str, int], matched: list[int]) -> None:
+        """Adds the blocks matched per candidate to `matched` (by the candidate's `position`):
+        walk from block 0, stop at the first block no pod holds, and credit every pod holding
+        each block on the way (approximateprefix/plugin.go matchLongestPrefix). A pod need not
+        hold an unbroken run to be credited; pods that are not candidates are skipped."""
+        pods_by_hash = self._pods_by_hash
         for block_hash in hashes:
-            pods = self._pods_by_hash.get(block_hash)
+            pods = pods_by_hash.get(block_hash)
             if not pods:
                 break
             for pod in pods:
-                matched[pod] = matched.get(pod, 0) + 1
-        return matched
+                index = position.get(pod)
+                if index is not None:
+                    matched[index] += 1
 
     def add(self, hashes: Sequence[int], pod: str, capacity: int) -> None:
         """Records that `pod` now holds `hashes` (PreRequest, before the response exists).
@@ -361,25 +364,24 @@ class HashPlan(NamedTuple):
 Hashed = tuple[HashPlan, Sequence[Sequence[int]]]
 
 
-@dataclass(frozen=True)
-class _MatchInfo:
+class _MatchInfo(NamedTuple):
     """One prefix producer's view of one request (LDR attribute/prefix PrefixCacheMatchInfo):
-    block hashes per prompt, blocks matched per pod summed over the prompts, and the request's
-    blocks in all."""
+    block hashes per prompt, blocks matched per candidate (in the candidates' order) summed
+    over the prompts, and the request's blocks in all."""
 
     hashes: Sequence[Sequence[int]]
-    match_blocks: dict[str, int]
+    match_blocks: list[int]
     block_tokens: int
     total_blocks: int
 
     @property
     def cold(self) -> bool:
-        return not any(self.match_blocks.values())
+        return not any(self.match_blocks)
 
-    def restricted(self, names: Sequence[str]) -> _MatchInfo:
-        """The same request's view with only the pods `names` (those the filters kept)."""
-        return _MatchInfo(self.hashes, {name: self.match_blocks[name] for name in names}, self.block_tokens,
-                          self.total_blocks)
+    def restricted(self, kept: Sequence[int]) -> _MatchInfo:
+        """The same request's view with only the candidates at positions `kept` (those the filters kept)."""
+        matched = self.match_blocks
+        return _MatchInfo(self.hashes, [matched[index] for index in kept], self.block_tokens, self.total_blocks)
 
 
 class _PrefixProducer:
@@ -413,6 +415,7 @@ class _PrefixProducer:
             if "maxPrefixBlocksToMatch" not in spec.written:
                 self.max_prefix_blocks = LEGACY_MAX_PREFIX_BLOCKS
         self.index = PrefixIndex()
+        self._plans: dict[int | None, HashPlan] = {}  # by reported block size: every pick asks
 
     def hash_plan(self, reported_block_size: int | None) -> HashPlan:
         """How this producer hashes requests when the first candidate reports `reported_block_size`.
@@ -421,6 +424,12 @@ class _PrefixProducer:
         (GetBlockSize: endpoints[0]); pods reporting another block size are matched with that
         one too. Pods of one Deployment agree anyway.
         """
+        plan = self._plans.get(reported_block_size)
+        if plan is None:
+            plan = self._plans[reported_block_size] = self._plan(reported_block_size)
+        return plan
+
+    def _plan(self, reported_block_size: int | None) -> HashPlan:
         if self.characters:
             block_tokens = self.block_size_tokens
             if self.auto_tune and reported_block_size is not None and reported_block_size > 0:
@@ -429,18 +438,18 @@ class _PrefixProducer:
             block_tokens = picker_block_size(self.block_size_tokens, reported_block_size, self.auto_tune)
         return HashPlan(self.characters, block_tokens, self._max_blocks(block_tokens), self.estimates)
 
-    def match(self, request: Request, pods: Sequence[PodMetrics], names: Sequence[str],
+    def match(self, request: Request, pods: Sequence[PodMetrics], position: Mapping[str, int],
               hashed: Hashed | None = None) -> _MatchInfo:
-        """`names` are the pods' names, in order; `hashed`, the request's hashes computed
+        """`position`: each candidate's place among `pods`; `hashed`, the request's hashes computed
         beforehand and the plan they were computed with (used only if it is this pick's)."""
         plan = self.hash_plan(pods[0].block_size)
-        streams = hashed[1] if hashed is not None and hashed[0] == plan else plan.hashes(request)
-        match_blocks = dict.fromkeys(names, 0)
+        streams = hashed[1] if hashed is not None and (hashed[0] is plan or hashed[0] == plan) else plan.hashes(request)
+        match_blocks = [0] * len(pods)
+        total = 0
         for hashes in streams:
-            for pod, blocks in self.index.match(hashes).items():
-                if pod in match_blocks:
-                    match_blocks[pod] += blocks
-        return _MatchInfo(streams, match_blocks, plan.block_tokens, sum(map(len, streams)))
+            self.index.match(hashes, position, match_blocks)
+            total += len(hashes)
+        return _MatchInfo(streams, match_blocks, plan.block_tokens, total)
 
     def _max_blocks(self, block_tokens: int) -> int:
         # resolveMaxBlocks.
@@ -476,7 +485,8 @@ class _Scorer:
     def __init__(self, parameters: Mapping[str, Any]):
         """Scorers without parameters take none (upstream's factories ignore them)."""
 
-    def score(self, request: Request, pods: Sequence[PodMetrics], match: _MatchInfo | None) -> dict[str, float]:
+    def score(self, request: Request, pods: Sequence[PodMetrics], match: _MatchInfo | None) -> list[float]:
+        """Each pod's raw score, in the pods' order."""
         raise NotImplementedError
 
     def pre_request(self, chosen: str, match: _MatchInfo | None) -> None:
@@ -488,7 +498,7 @@ class _QueueScorer(_Scorer):
     reads_only_pods = True
 
     def score(self, request, pods, match):
-        return _min_max_scores({pod.name: pod.waiting for pod in pods})
+        return _min_max_scores([pod.waiting for pod in pods])
 
 
 class _RunningRequestsScorer(_Scorer):
@@ -496,7 +506,7 @@ class _RunningRequestsScorer(_Scorer):
     reads_only_pods = True
 
     def score(self, request, pods, match):
-        return _min_max_scores({pod.name: pod.running for pod in pods})
+        return _min_max_scores([pod.running for pod in pods])
 
 
 class _KvCacheScorer(_Scorer):
@@ -504,12 +514,13 @@ class _KvCacheScorer(_Scorer):
     reads_only_pods = True
 
     def score(self, request, pods, match):
-        return {pod.name: 1.0 - pod.kv_usage for pod in pods}
+        return [1.0 - pod.kv_usage for pod in pods]
 
 
 class _LoraAffinityScorer(_Scorer):
     def score(self, request, pods, match):
-        return {pod.name: _lora_score(pod, request.target_model) for pod in pods}
+        target = request.target_model
+        return [_lora_score(pod, target) for pod in pods]
 
 
 class _PrefixScorer(_Scorer):
@@ -526,15 +537,14 @@ class _PrefixScorer(_Scorer):
         total = match.total_blocks
         # match_blocks holds every candidate, in candidate order.
         if not total:
-            return dict.fromkeys(match.match_blocks, 0.0)
+            return [0.0] * len(match.match_blocks)
         weight = self.match_length_weight
         if weight <= 0.0:
-            return {pod: matched / total for pod, matched in match.match_blocks.items()}
-        scores = {}
-        for pod in pods:
-            matched = match.match_blocks[pod.name]
+            return [matched / total for matched in match.match_blocks]
+        scores = []
+        for matched in match.match_blocks:
             length = min(1.0, matched * match.block_tokens / self.match_length_scale_tokens)
-            scores[pod.name] = weight * length * length + (1.0 - weight) * (matched / total)
+            scores.append(weight * length * length + (1.0 - weight) * (matched / total))
         return scores
 
 
@@ -552,9 +562,9 @@ class _NoHitLruScorer(_Scorer):
 
     def score(self, request, pods, match):
         if not match.cold:
-            return {pod.name: 0.5 for pod in pods}
+            return [0.5] * len(pods)
         if len(pods) == 1:
-            return {pods[0].name: 1.0}
+            return [1.0]
         position = {name: index for index, name in enumerate(self._lru)}
         never_used = [pod.name for pod in pods if pod.name not in position]
         scores = {name: 1.0 - rank / (len(pods) - 1) for rank, name in enumerate(never_used)}
@@ -562,7 +572,7 @@ class _NoHitLruScorer(_Scorer):
             if pod.name in position:
                 rank = len(never_used) + position[pod.name]
                 scores[pod.name] = max(0.0, 1.0 - rank / (len(pods) - 1))
-        return scores
+        return [scores[pod.name] for pod in pods]
 
     def pre_request(self, chosen, match):
         if match.cold:
@@ -591,7 +601,7 @@ class _TokenLoadScorer(_LoadScorer):
 
     def score(self, request, pods, match):
         tokens, adding, threshold = self.load.tokens, self.load.request_tokens, self.queue_threshold_tokens
-        return {pod.name: token_load_score(tokens.get(pod.name, 0) + adding[pod.name], threshold) for pod in pods}
+        return [token_load_score(tokens.get(pod.name, 0) + adding[pod.name], threshold) for pod in pods]
 
 
 class _ActiveRequestScorer(_LoadScorer):
@@ -603,8 +613,9 @@ class _ActiveRequestScorer(_LoadScorer):
 
     def score(self, request, pods, match):
         requests = self.load.requests
-        return active_request_scores({pod.name: requests.get(pod.name, 0) for pod in pods}, self.idle_threshold,
-                                     self.max_busy_score)
+        scores = active_request_scores({pod.name: requests.get(pod.name, 0) for pod in pods}, self.idle_threshold,
+                                       self.max_busy_score)
+        return [scores[pod.name] for pod in pods]
 
 
 _SCORERS = {QUEUE: _QueueScorer, RUNNING_REQUESTS: _RunningRequestsScorer, KV_CACHE: _KvCacheScorer,
@@ -686,8 +697,9 @@ class EndpointPicker:
         self._request_weights = weight_items[shared:]
         self._scored_pods: tuple[PodMetrics, ...] | None = None
         self._names: list[str] = []
-        self._metrics_scores: dict[str, dict[str, float]] = {}
-        self._metrics_totals: dict[str, float] = {}
+        self._position: dict[str, int] = {}
+        self._metrics_scores: dict[str, list[float]] = {}
+        self._metrics_totals: list[float] = []
         # The in-flight-load producers the filters' load gates and the load scorers read.
         load_readers = [(name, f"filter {f.name}") for f, _, name in self._filters if name is not None]
         load_readers += [(scorer.load_producer, f"scorer {name}") for name, scorer in self._scorers.items()
@@ -748,11 +760,13 @@ class EndpointPicker:
                 for name, load in self._loads.items()}
 
     def pick(self, request: Request, pods: Sequence[PodMetrics], *, key: Hashable | None = None) -> Decision:
-        chosen, totals, scores, matches, filters = self._pick(request, pods, None, key)
+        chosen, pods, totals, scores, (candidates, matches), filters = self._pick(request, pods, None, key)
+        names = [pod.name for pod in pods]
         first = next(iter(matches.values()), None)
-        return Decision(pod=chosen, totals=MappingProxyType(totals),
-                        scores=MappingProxyType({k: MappingProxyType(v) for k, v in scores.items()}),
-                        match_blocks=MappingProxyType(first.match_blocks if first else {}),
+        return Decision(pod=chosen, totals=MappingProxyType(dict(zip(names, totals))),
+                        scores=MappingProxyType({scorer: MappingProxyType(dict(zip(names, values)))
+                                                 for scorer, values in scores.items()}),
+                        match_blocks=MappingProxyType(dict(zip(candidates, first.match_blocks)) if first else {}),
                         total_blocks=first.total_blocks if first else 0, weights=self.weights, filters=filters)
 
     def choose(self, request: Request, pods: Sequence[PodMetrics],
@@ -773,37 +787,47 @@ class EndpointPicker:
         producer = next(iter(self._producers.values()), None)
         return None if producer is None else producer.hash_plan(reported_block_size)
 
-    def _pick(self, request: Request, pods: Sequence[PodMetrics], hashed: Hashed | None = None,
-              key: Hashable | None = None) -> tuple[str, dict[str, float], dict[str, dict[str, float]],
-                                                     dict[str, _MatchInfo], tuple[FilterOutcome, ...]]:
-        """The pick and what it was made from: the chosen pod, totals, scores per scorer, each
-        producer's match info and what each filter did. `hashed`: the request's block hashes
-        and the plan they were computed with, which any producer hashing by that plan uses
-        instead. `key`: the request's, for the in-flight-load producers."""
-        if not pods:
-            raise ValueError("no candidate pods: the pool's selector matches no ready pod")
-        matches = None
-        filters: tuple[FilterOutcome, ...] = ()
-        if self._produces_or_filters:
-            matches, pods, filters = self._produce_and_filter(request, pods, hashed)
+    def _see(self, request: Request, pods: Sequence[PodMetrics]) -> None:
+        """What picks that see these very pods share: their names and positions, and the scores and
+        partial totals of the scorers that read only the pods' metrics."""
         # Callers pass pods with distinct names (a gateway's backends by name, a simulated fleet).
         # Equal tuples hold the same objects or pods with equal metrics: the same scores either way.
         seen = tuple(pods)
-        if seen != self._scored_pods:
-            self._scored_pods = seen
-            self._names = [pod.name for pod in pods]
-            self._metrics_scores = {name: scorer.score(request, pods, None)
-                                    for name, scorer in self._scorers.items() if scorer.reads_only_pods}
-            self._metrics_totals = _add_weighted(dict.fromkeys(self._names, 0.0), self._metrics_weights,
-                                                 self._metrics_scores)
-        names = self._names
-        if matches is None:
-            matches = {name: producer.match(request, pods, names, hashed) for name, producer in self._producers.items()}
-            scored = matches
-        elif filters and len(names) < len(filters[0].candidates):
-            scored = {name: match.restricted(names) for name, match in matches.items()}
+        if seen == self._scored_pods:
+            return
+        self._scored_pods = seen
+        self._names = [pod.name for pod in pods]
+        self._position = {name: index for index, name in enumerate(self._names)}
+        self._metrics_scores = {name: scorer.score(request, pods, None)
+                                for name, scorer in self._scorers.items() if scorer.reads_only_pods}
+        self._metrics_totals = _add_weighted([0.0] * len(pods), self._metrics_weights, self._metrics_scores)
+
+    def _pick(self, request: Request, pods: Sequence[PodMetrics], hashed: Hashed | None = None,
+              key: Hashable | None = None) -> tuple[str, Sequence[PodMetrics], list[float], dict[str, list[float]],
+                                                     tuple[Sequence[str], dict[str, _MatchInfo]],
+                                                     tuple[FilterOutcome, ...]]:
+        """The pick and what it was made from: the chosen pod, the pods scored (the candidates the
+        filters kept), their totals and scores per scorer (in the pods' order), each producer's
+        match info with the candidates it covers and what each filter did. `hashed`: the
+        request's block hashes and the plan they were computed with, which any producer hashing
+        by that plan uses instead. `key`: the request's, for the in-flight-load producers."""
+        if not pods:
+            raise ValueError("no candidate pods: the pool's selector matches no ready pod")
+        filters: tuple[FilterOutcome, ...] = ()
+        if self._produces_or_filters:
+            candidates, matches, pods, filters = self._produce_and_filter(request, pods, hashed)
+            self._see(request, pods)
+            names = self._names
+            if len(names) < len(candidates):
+                kept = [candidates.index(name) for name in names]
+                scored = {name: match.restricted(kept) for name, match in matches.items()}
+            else:
+                scored = matches
         else:
-            scored = matches
+            self._see(request, pods)
+            candidates = self._names
+            matches = scored = {name: producer.match(request, pods, self._position, hashed)
+                                for name, producer in self._producers.items()}
         metrics_scores = self._metrics_scores
         scores = {name: metrics_scores[name] if scorer.reads_only_pods
                   else scorer.score(request, pods, scored.get(scorer.producer))
@@ -815,32 +839,33 @@ class EndpointPicker:
         # request still goes to the first. Done here as random.shuffle does it, draw for draw
         # (so a seed gives the same picks), then the first highest total in that order: the
         # stable sort's first element, without sorting. The filters' draws come before these.
-        best = max(totals.values())
-        values = list(totals.values())
-        if values.count(best) == 1:
+        best = max(totals)
+        if totals.count(best) == 1:
             # No tie: the order does not matter, but its draws are taken all the same, so that
             # later picks see the same random stream.
             _draw_as_shuffle(len(pods), self._rng)
-            chosen = list(totals)[values.index(best)]
+            chosen_index = totals.index(best)
         else:
             order = list(range(len(pods)))
             _shuffle(order, self._rng)
-            chosen = names[next(position for position in order if totals[names[position]] == best)]
-        chosen_pod = pods[names.index(chosen)]
+            chosen_index = next(position for position in order if totals[position] == best)
+        chosen_pod = pods[chosen_index]
+        chosen = chosen_pod.name
 
         for name, producer in self._producers.items():
-            producer.record(matches[name], chosen_pod)
+            producer.record(scored[name], chosen_pod)
         for scorer in self._scorers.values():
             scorer.pre_request(chosen, scored.get(scorer.producer))
         for load in self._loads.values():
             load.send(key, chosen)
-        return chosen, totals, scores, matches, filters
+        return chosen, pods, totals, scores, (candidates, matches), filters
 
     def _produce_and_filter(self, request: Request, pods: Sequence[PodMetrics], hashed: Hashed | None
-                            ) -> tuple[dict[str, _MatchInfo], Sequence[PodMetrics], tuple[FilterOutcome, ...]]:
+                            ) -> tuple[list[str], dict[str, _MatchInfo], Sequence[PodMetrics],
+                                       tuple[FilterOutcome, ...]]:
         """The data producers' work on every candidate, then the filters in profile order
-        (scheduler_profile.go runFilterPlugins@v0.10.0): each producer's match info, the pods
-        the filters kept and what each filter did.
+        (scheduler_profile.go runFilterPlugins@v0.10.0): the candidates' names, each producer's
+        match info over them, the pods the filters kept and what each filter did.
 
         Upstream runs the in-flight-load producer and the prefix producer in an order its data
         graph leaves open (the former reads the latter's match info as an optional input, which
@@ -849,8 +874,9 @@ class EndpointPicker:
         model takes the order the producer documents, prefix first. The count PreRequest adds is
         discounted either way. When filters leave no pod upstream fails the request; the one
         modelled filter keeps at least one of the pods it is given."""
-        names = [pod.name for pod in pods]
-        matches = {name: producer.match(request, pods, names, hashed) for name, producer in self._producers.items()}
+        candidates = names = [pod.name for pod in pods]
+        position = {name: index for index, name in enumerate(names)}
+        matches = {name: producer.match(request, pods, position, hashed) for name, producer in self._producers.items()}
         if self._loads:
             streams = request.streams_under(self._estimates) if self._estimates is not None else request.token_streams
             # TokenizedPrompt.TokenCount: the estimate backend's tokens, over every prompt.
@@ -858,13 +884,15 @@ class EndpointPicker:
             for load in self._loads.values():
                 match = matches.get(load.prefix_producer)
                 load.produce(names, input_tokens, request.max_output_tokens,
-                             None if match is None else (match.match_blocks, match.total_blocks, match.block_tokens))
+                             None if match is None else (dict(zip(names, match.match_blocks)), match.total_blocks,
+                                                         match.block_tokens))
         outcomes = []
         for affinity_filter, producer, load_producer in self._filters:
             match = matches[producer]
             total = match.total_blocks
+            matched = match.match_blocks
             # prefixCacheScore: matched / total blocks, 0 without blocks.
-            prefix_scores = {name: match.match_blocks[name] / total if total else 0.0 for name in names}
+            prefix_scores = {name: matched[position[name]] / total if total else 0.0 for name in names}
             in_flight = self._loads[load_producer].tokens if load_producer is not None else {}
             # The filter's exploration draw (rand.Float64()) is taken from the picker's seeded
             # generator, before the max-score picker's tie-break draws of the same pick.
@@ -874,8 +902,7 @@ class EndpointPicker:
                 kept = set(outcome.kept)
                 pods = [pod for pod in pods if pod.name in kept]
                 names = [pod.name for pod in pods]
-        return matches, pods, tuple(outcomes)
-
+        return candidates, matches, pods, tuple(outcomes)
 
 def _affinity_filter(spec: PluginSpec, where: str) -> tuple[AffinityFilter, str, str | None]:
     """A prefix-cache-affinity-filter, the prefix producer it reads and (with its load gate on)
@@ -914,44 +941,62 @@ def _declared_prefix_producer(config: EndpointPickerConfig, name: str) -> bool:
     return spec.type in PREFIX_MATCH_PRODUCERS
 
 
-def _add_weighted(totals: dict[str, float], weights: Sequence[tuple[str, float]],
-                  scores: Mapping[str, Mapping[str, float]]) -> dict[str, float]:
+def _add_weighted(totals: list[float], weights: Sequence[tuple[str, float]],
+                  scores: Mapping[str, Sequence[float]]) -> list[float]:
     """LDR scheduling/scheduler_profile.go@v0.10.0 runScorerPlugins: total = Σ weight·clamp(score),
-    no normalising, accumulated scorer by scorer onto `totals` (a new dict; `totals` is kept)."""
+    no normalising, accumulated scorer by scorer onto `totals` (a new list, in the pods' order;
+    `totals` is kept)."""
     for scorer, weight in weights:
         # _clamp, inlined: this runs scorers × pods times per pick.
-        totals = {pod: totals[pod] + weight * (0.0 if score < 0.0 else 1.0 if score > 1.0 else score)
-                  for pod, score in scores[scorer].items()}
+        totals = [total + weight * (0.0 if score < 0.0 else 1.0 if score > 1.0 else score)
+                  for total, score in zip(totals, scores[scorer])]
     return totals
 
 
 def _shuffle(items: list, rng: random.Random) -> None:
-    """`rng.shuffle(items)`, draw for draw, in half the time: CPython's shuffle takes, for i from
-    the end, j = getrandbits(bit_length(i + 1)) until j <= i, through two method calls a draw
-    (`_draw_as_shuffle` takes the same draws)."""
-    getrandbits = rng.getrandbits
-    for i in range(len(items) - 1, 0, -1):
-        bound = i + 1
-        bits = bound.bit_length()
-        j = getrandbits(bits)
-        while j >= bound:
-            j = getrandbits(bits)
+    """`rng.shuffle(items)`, draw for draw: CPython's shuffle swaps, for i from the end, items i
+    and j = getrandbits(bit_length(i + 1)), drawn again until j <= i (`_shuffle_draws`)."""
+    for i, j in zip(range(len(items) - 1, 0, -1), _shuffle_draws(len(items), rng)):
         items[i], items[j] = items[j], items[i]
-
-
-# Per item count: (i + 1, bit_length(i + 1)) for i from the end, the draws a shuffle asks for.
-_SHUFFLE_DRAWS: dict[int, tuple[tuple[int, int], ...]] = {}
 
 
 def _draw_as_shuffle(count: int, rng: random.Random) -> None:
     """Takes from `rng` exactly what `_shuffle` of `count` items takes, without permuting."""
-    plan = _SHUFFLE_DRAWS.get(count)
+    _shuffle_draws(count, rng)
+
+
+# Per item count: (i + 1, 32 - bit_length(i + 1)) for i from the end: each draw's bound, and
+# the shift that takes a 32-bit word to a draw of bit_length(i + 1) bits.
+_SHUFFLE_PLANS: dict[int, tuple[tuple[int, int], ...]] = {}
+_WORD_BYTES = 4
+
+
+def _shuffle_draws(count: int, rng: random.Random) -> list[int]:
+    """The j a shuffle of `count` items draws for each i from the end, taking from `rng` exactly
+    the 32-bit words that shuffle takes, in fewer calls.
+
+    getrandbits(k) for k <= 32 is the generator's next word shifted right by 32 - k, and
+    getrandbits(32 n) is its next n words, the first the least significant. Each draw takes at
+    least one word, so the words for every draw not yet made are all taken: a word the draw
+    rejects passes its place to the next word, and what rejections leave undrawn is fetched
+    after. No word is taken that shuffle would not take."""
+    plan = _SHUFFLE_PLANS.get(count)
     if plan is None:
-        plan = _SHUFFLE_DRAWS[count] = tuple((i + 1, (i + 1).bit_length()) for i in range(count - 1, 0, -1))
-    getrandbits = rng.getrandbits
-    for bound, bits in plan:
-        while getrandbits(bits) >= bound:
-            pass
+        plan = _SHUFFLE_PLANS[count] = tuple((i + 1, 32 - (i + 1).bit_length()) for i in range(count - 1, 0, -1))
+    draws: list[int] = []
+    made = 0
+    while made < len(plan):
+        needed = len(plan) - made
+        words = array("I", rng.getrandbits(32 * needed).to_bytes(_WORD_BYTES * needed, "little"))
+        if sys.byteorder == "big":
+            words.byteswap()
+        for word in words:
+            bound, shift = plan[made]
+            drawn = word >> shift
+            if drawn < bound:
+                draws.append(drawn)
+                made += 1
+    return draws
 
 
 def _single_profile(config: EndpointPickerConfig) -> SchedulingProfile:

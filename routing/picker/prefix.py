@@ -118,7 +118,7 @@ def server_block_keys(tokens: Sequence[int], block_size: int) -> list[int]:
 
     vLLM caches only full blocks and a block's hash chains its parent's, so two prompts share
     block i's key exactly when they share every token up to the end of block i. Each key is the
-    xxh3-64 of its block seeded with the previous key: the chance that two of a simulation's
+    xxh64 of its block seeded with the previous key: the chance that two of a simulation's
     few million distinct blocks share a key is below 1 in 10^6, and keys need only be
     consistent within this process.
     """
@@ -126,13 +126,19 @@ def server_block_keys(tokens: Sequence[int], block_size: int) -> list[int]:
         _TOKEN_TYPECODE, tokens)
     data = packed.tobytes()
     block_bytes = block_size * packed.itemsize
-    digest = xxhash.xxh3_64_intdigest
+    digest = xxhash.xxh64_intdigest
     keys = []
     previous = 0
     for start in range(0, len(packed) // block_size * block_bytes, block_bytes):
         previous = digest(data[start:start + block_bytes], previous)
         keys.append(previous)
     return keys
+
+
+try:  # the same two chains in C (chains.pyx), when the simulator's core is compiled (routing/compiled.py)
+    from routing.picker.chains import picker_block_hashes, server_block_keys  # noqa: F811
+except ImportError:
+    pass
 
 
 def go_json(value: object, *, sort_keys: bool = True) -> str:

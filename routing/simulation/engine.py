@@ -52,7 +52,7 @@ class EngineRequest:
     def __init__(self, index: int, prompt_len: int, keys: Sequence[int], output_len: int, engine_arrival: float):
         self.index = index
         self.prompt_len = prompt_len
-        self.keys = keys  # full prompt blocks' prefix keys (prefix.server_block_keys)
+        self.keys = keys  # full prompt blocks' prefix keys: non-negative 64-bit (prefix.server_block_keys)
         self.output_len = output_len
         self.engine_arrival = engine_arrival
         self.computed = 0  # tokens whose KV is computed
@@ -86,8 +86,6 @@ class BlockPool:
     """
 
     def __init__(self, num_gpu_blocks: int):
-        if num_gpu_blocks < 2:
-            raise CapacityError(f"num_gpu_blocks={num_gpu_blocks}: vLLM needs at least 2 (one is the null block)")
         self.usable = num_gpu_blocks - 1  # block 0 is the null block, never handed out
         self.ref = [0] * num_gpu_blocks
         self.key_of: list[int | None] = [None] * num_gpu_blocks
@@ -148,10 +146,29 @@ class BlockPool:
             ref[block] = 1
         return blocks
 
-    def cache(self, block: int, key: int) -> None:
-        if self.key_of[block] is None and key not in self.cached:
-            self.cached[key] = block
-            self.key_of[block] = key
+    def cache_prefix(self, blocks: Sequence[int], keys: Sequence[int], start: int, end: int) -> None:
+        """Caches `blocks[start:end]`, full blocks of a request whose prompt's blocks have `keys`:
+        each under its key, unless it is cached already or another block caches that key. A
+        block past the prompt's holds generated tokens and gets a key of its own, which keeps
+        it in the cached part of the free queue, as vLLM does, and matches no prompt."""
+        key_of = self.key_of
+        cached = self.cached
+        prompt_blocks = len(keys)
+        for position in range(start, end):
+            block = blocks[position]
+            key = keys[position] if position < prompt_blocks else -next(_OUTPUT_KEYS)
+            if key_of[block] is None and key not in cached:
+                cached[key] = block
+                key_of[block] = key
+
+    def unheld(self, blocks: Sequence[int]) -> int:
+        """How many of `blocks` no request holds: cached blocks in the free queue."""
+        return list(map(self.ref.__getitem__, blocks)).count(0)
+
+    def cached_blocks(self) -> dict[int, int]:
+        """Each cached prompt key's block (for reports and tests; the keys of blocks of generated
+        tokens, which match nothing, are left out)."""
+        return {key: block for key, block in self.cached.items() if key >= 0}
 
     def release(self, blocks: Sequence[int]) -> None:
         """Frees a request's blocks tail first, so its shared head is evicted last."""
@@ -172,6 +189,12 @@ class BlockPool:
         self.free += freed
 
 
+try:  # the same pool in C (block_pool.pyx) when the simulator's core is compiled (routing/compiled.py)
+    from routing.simulation.block_pool import BlockPool as _POOL
+except ImportError:
+    _POOL = BlockPool
+
+
 class Engine:
     """One server: `add` requests as they reach it, `step` while `busy`; `on_first_token` and
     `on_finish` are called with the sequence and the time."""
@@ -186,7 +209,9 @@ class Engine:
         # Steps vary by latency.jitter; without an rng (or jitter) every step takes the model's time.
         self._jitter = latency.jitter if rng is not None else 0.0
         self._rng = rng
-        self.pool = BlockPool(num_gpu_blocks)
+        if num_gpu_blocks < 2:
+            raise CapacityError(f"num_gpu_blocks={num_gpu_blocks}: vLLM needs at least 2 (one is the null block)")
+        self.pool = _POOL(num_gpu_blocks)
         # Requests that reached the server since its step began. vLLM's engine core takes new
         # requests into its scheduler only between steps (EngineCore.run_busy_loop), so the
         # gauges a step publishes when it ends do not count these yet.
@@ -312,7 +337,7 @@ class Engine:
         hit_tokens = hits * block_size
         new_tokens = min(tokens - hit_tokens, budget)
         # Cached blocks no request holds sit in the free queue: sharing them uses up free blocks.
-        evictable_hits = list(map(pool.ref.__getitem__, hit_blocks)).count(0)
+        evictable_hits = pool.unheld(hit_blocks)
         # vLLM 0.32 admits a request only if its whole prompt fits (scheduler_reserve_full_isl),
         # then allocates for this step's chunk.
         if -(-tokens // block_size) - hits + evictable_hits > pool.free:
@@ -334,23 +359,11 @@ class Engine:
 
     def _cache_full_blocks(self, seq: EngineRequest, tokens: int) -> None:
         # vLLM caches every block that is full once this step's tokens are in (allocate_slots).
-        # Only prompt blocks can match a later prompt; a block holding generated tokens gets a
-        # key of its own, which keeps it in the LRU part of the free queue, as vLLM does.
         full = tokens // self.block_size
         start = seq.cached_blocks
         if full <= start:
             return
-        keys = seq.keys
-        prompt_blocks = len(keys)
-        blocks = seq.blocks
-        key_of = self.pool.key_of
-        cached = self.pool.cached
-        for position in range(start, full):
-            block = blocks[position]
-            key = keys[position] if position < prompt_blocks else -next(_OUTPUT_KEYS)
-            if key_of[block] is None and key not in cached:
-                cached[key] = block
-                key_of[block] = key
+        self.pool.cache_prefix(seq.blocks, seq.keys, start, full)
         seq.cached_blocks = full
 
     def _preempt(self, seq: EngineRequest) -> None:

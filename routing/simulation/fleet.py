@@ -8,12 +8,14 @@ these caches; like the real one it sees only the pods' metrics and its own index
 
 from __future__ import annotations
 
+import gc
 import heapq
 import itertools
 import random
 from collections import OrderedDict, deque
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
-from typing import Callable, Iterable, Mapping, Sequence
+from typing import Callable, Iterable, Iterator, Mapping, Sequence
 
 from routing.metrics import DeltaReport, PodDelta
 from routing.picker.endpoint_picker import (DEFAULT_LRU_CAPACITY_PER_SERVER, Decision, Hashed, HashPlan, Picker,
@@ -284,250 +286,306 @@ def simulate_under_load(prepared: Prepared, plan: LoadPlan, fleet: Fleet, *, see
     request reaches the engine the gateway's hop and the server's overhead later; TTFT runs
     from the send to the end of the step that samples its first token.
     """
-    rng = random.Random(seed)
-    count = len(prepared.requests)
-    block_size = prepared.block_size
-    engines = [Engine(name, block_size, fleet.num_gpu_blocks, fleet.limits, fleet.latency, rng) for name in fleet.names]
-    for prompt_len, output_len in zip(prepared.prompt_lens, prepared.output_lens):
-        engines[0].check_fits(prompt_len, output_len)
-    by_name = {engine.name: index for index, engine in enumerate(engines)}
-    idle = [PodMetrics(name=name, block_size=block_size, num_gpu_blocks=fleet.num_gpu_blocks) for name in fleet.names]
-    scrapes = [_Scrapes(pod) for pod in idle]
-    published_metrics = [engine.published for engine in engines]  # per engine, the gauges last published
-    metrics_of: list[dict[Published, PodMetrics]] = [{} for _ in engines]  # per engine, its gauges as scraped
-    interval = fleet.scrape_interval
-    phases = [[rng.random() * interval for _ in engines] for _ in fleet.pickers]
-    # Per replica and pod, the scrape time of its last read and what it read.
-    last_read_at: list[list[float | None]] = [[None] * len(engines) for _ in fleet.pickers]
-    read = [list(idle) for _ in fleet.pickers]
-    fresh_until = [float("-inf")] * len(fleet.pickers)
-    arrival = fleet.latency.arrival_seconds
-    reads_metrics = fleet.reads_metrics  # round-robin reads none: nothing to publish
-    hash_plan, picker_hashes = prepared.hash_plan, prepared.picker_hashes
+    with collection_paused():
+        return _LoadReplay(prepared, plan, fleet, seed, explain).run()
 
-    sent_at = [0.0] * count
-    ttfts = [0.0] * count
-    queue_times = [0.0] * count
-    placements: list[str] = [""] * count
-    # The replica that picked each request (the object: a weight change replaces the list), told
-    # when the request's first token and its end come back, for the load it counts in flight.
-    # A stand-in without those calls (a recording, a test's picker) counts none and gets no key.
-    picked_by: list[Picker | None] = [None] * count
-    explained: Explained | None = None
-    # Events are (time, tie-break order, kind, payload); at equal times the one made first runs
-    # first. Weight changes and sends are known up front: they run from one sorted list, so the
-    # heap holds only the few events the run makes (arrivals at engines and step ends).
-    events: list[tuple[float, int, int, int]] = []
-    order = itertools.count()
-    SEND, ARRIVE, STEP_END, WEIGHTS, PICK = 0, 1, 2, 3, 4
-    stepping = [False] * len(engines)
-    pickers = list(fleet.pickers)
-    planned: list[tuple[float, int, int, int]] = []
-    if fleet.repick is not None:
-        planned += [(change.at, next(order), WEIGHTS, number) for number, change in enumerate(plan.weight_changes)]
 
-    send_spacing = fleet.send_spacing
-    spaced_until = float("-inf")
+@contextmanager
+def collection_paused() -> Iterator[None]:
+    """The cyclic garbage collector off while a replay runs: it makes millions of objects and no
+    garbage cycles of its own, so each collection would walk every one of them for nothing (a
+    tenth of a large replay's time). Collection resumes, as it was, when the replay ends."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
 
-    def send(index: int, now: float) -> None:
-        nonlocal spaced_until
-        sent_at[index] = now  # TTFT runs from here, the moment the client means to send
-        if send_spacing:
-            spaced_until = max(now, spaced_until) + send_spacing
-            heapq.heappush(events, (spaced_until, next(order), PICK, index))
+
+# A replay's events, by kind. At equal times the event made first runs first.
+_SEND, _ARRIVE, _STEP_END, _WEIGHTS, _PICK = 0, 1, 2, 3, 4
+
+
+class _LoadReplay:
+    """One replay under load (simulate_under_load): its servers, pickers, clocks and per-request
+    records, and the event loop that drives them."""
+
+    def __init__(self, prepared: Prepared, plan: LoadPlan, fleet: Fleet, seed: int | None, explain: int | None):
+        self.prepared = prepared
+        self.plan = plan
+        self.fleet = fleet
+        self.explain = explain
+        self.rng = rng = random.Random(seed)
+        count = self.count = len(prepared.requests)
+        block_size = prepared.block_size
+        self.engines = engines = [Engine(name, block_size, fleet.num_gpu_blocks, fleet.limits, fleet.latency, rng)
+                                  for name in fleet.names]
+        for prompt_len, output_len in zip(prepared.prompt_lens, prepared.output_lens):
+            engines[0].check_fits(prompt_len, output_len)
+        self.by_name = {engine.name: index for index, engine in enumerate(engines)}
+        self.idle = idle = [PodMetrics(name=name, block_size=block_size, num_gpu_blocks=fleet.num_gpu_blocks)
+                            for name in fleet.names]
+        self.scrapes = [_Scrapes(pod) for pod in idle]
+        self.published_metrics = [engine.published for engine in engines]  # per engine, the gauges last published
+        self.metrics_of: list[dict[Published, PodMetrics]] = [{} for _ in engines]  # per engine, its gauges as scraped
+        self.interval = interval = fleet.scrape_interval
+        self.phases = [[rng.random() * interval for _ in engines] for _ in fleet.pickers]
+        # Per replica and pod, the scrape time of its last read and what it read.
+        self.last_read_at: list[list[float | None]] = [[None] * len(engines) for _ in fleet.pickers]
+        self.read = [list(idle) for _ in fleet.pickers]
+        self.fresh_until = [float("-inf")] * len(fleet.pickers)
+        self.arrival = fleet.latency.arrival_seconds
+        self.reads_metrics = fleet.reads_metrics  # round-robin reads none: nothing to publish
+        self.hash_plan, self.picker_hashes = prepared.hash_plan, prepared.picker_hashes
+
+        self.sent_at = [0.0] * count
+        self.ttfts = [0.0] * count
+        self.queue_times = [0.0] * count
+        self.hit_tokens = [0] * count
+        self.finished_at = [0.0] * count
+        self.placements: list[str] = [""] * count
+        # The replica that picked each request (the object: a weight change replaces the list), told
+        # when the request's first token and its end come back, for the load it counts in flight.
+        # A stand-in without those calls (a recording, a test's picker) counts none and gets no key.
+        self.picked_by: list[Picker | None] = [None] * count
+        self.explained: Explained | None = None
+        # Events are (time, tie-break order, kind, payload); at equal times the one made first runs
+        # first. Weight changes and sends are known up front: they run from one sorted list, so the
+        # heap holds only the few events the run makes (arrivals at engines and step ends).
+        self.events: list[tuple[float, int, int, int]] = []
+        self.order = itertools.count()
+        self.stepping = [False] * len(engines)
+        self.pickers = list(fleet.pickers)
+        self.planned: list[tuple[float, int, int, int]] = []
+        if fleet.repick is not None:
+            self.planned += [(change.at, next(self.order), _WEIGHTS, number)
+                             for number, change in enumerate(plan.weight_changes)]
+        self.send_spacing = fleet.send_spacing
+        self.spaced_until = float("-inf")
+
+        # Sessions: a turn waits for its session's previous turn.
+        self.session_of = plan.sessions
+        self.turns: dict[str, deque[int]] = {}
+        for index, session in enumerate(self.session_of):
+            if session is not None:
+                self.turns.setdefault(session, deque()).append(index)
+        self.busy_sessions: set[str] = set()
+        self.deferred: dict[str, deque[int]] = {}
+        self.ready: list[int] = []  # closed loop: requests whose session is free, in workload order
+        self.in_flight = 0
+        self.concurrency = plan.concurrency
+        # Requests sent at one instant (a closed loop's start, turns one step's finishes free, a
+        # timed burst) reach the gateway in no order the workload sets: they are picked in a random
+        # order of their own (a stream apart from the run's, so runs without such ties draw what
+        # they always drew). Sending them in workload order made round-robin keep every chat of
+        # the benchmark's multi-turn workload on its pod (68.9% predicted in every seed, against
+        # 48.1-68.9% measured, 61.7% in 25 of 52 runs).
+        self.send_order = random.Random(None if seed is None else f"{seed}/sends at one instant")
+        self.freed: list[int] = []  # open loop: deferred turns freed by the step that just ended
+
+    def send(self, index: int, now: float) -> None:
+        self.sent_at[index] = now  # TTFT runs from here, the moment the client means to send
+        if self.send_spacing:
+            self.spaced_until = max(now, self.spaced_until) + self.send_spacing
+            heapq.heappush(self.events, (self.spaced_until, next(self.order), _PICK, index))
         else:
-            pick(index, now)
+            self.pick(index, now)
 
-    def pick(index: int, now: float) -> None:
-        nonlocal explained
-        replica = rng.randrange(len(fleet.pickers)) if len(fleet.pickers) > 1 else 0
-        if reads_metrics:
-            seen = read[replica]
+    def pick(self, index: int, now: float) -> None:
+        replica = self.rng.randrange(len(self.fleet.pickers)) if len(self.fleet.pickers) > 1 else 0
+        if self.reads_metrics:
+            seen = self.read[replica]
             # Until the replica's next scrape of any pod it reads what it read last: most sends.
-            if now >= fresh_until[replica]:
-                read_at = last_read_at[replica]
+            if now >= self.fresh_until[replica]:
+                interval = self.interval
+                read_at = self.last_read_at[replica]
+                scrapes = self.scrapes
                 keep_after = now - interval
                 next_scrape = float("inf")
-                for pod, phase in enumerate(phases[replica]):
+                for pod, phase in enumerate(self.phases[replica]):
                     scrape_time = now - (now - phase) % interval
                     if scrape_time != read_at[pod]:
                         seen[pod] = scrapes[pod].seen_at(scrape_time, keep_after)
                         # Pods publish at later times only, but possibly at this very time.
                         read_at[pod] = scrape_time if scrape_time < now else None
                     next_scrape = min(next_scrape, scrape_time + interval)
-                fresh_until[replica] = now if None in read_at else next_scrape
+                self.fresh_until[replica] = now if None in read_at else next_scrape
         else:
-            seen = idle
-        picker = pickers[replica]
+            seen = self.idle
+        picker = self.pickers[replica]
         keyed = {"key": index} if hasattr(picker, "finished") else {}
         if keyed:
-            picked_by[index] = picker
-        if index == explain:
-            decision = picker.pick(prepared.requests[index], seen, **keyed)
-            explained = Explained(index, replica, now, tuple(seen), decision)
-            placements[index] = decision.pod
+            self.picked_by[index] = picker
+        request = self.prepared.requests[index]
+        if index == self.explain:
+            decision = picker.pick(request, seen, **keyed)
+            self.explained = Explained(index, replica, now, tuple(seen), decision)
+            self.placements[index] = decision.pod
         else:
-            placements[index] = picker.choose(
-                prepared.requests[index], seen, (hash_plan, picker_hashes[index]) if picker_hashes else None, **keyed)
-        heapq.heappush(events, (now + arrival(prepared.prompt_lens[index]), next(order), ARRIVE, index))
+            picker_hashes = self.picker_hashes
+            self.placements[index] = picker.choose(
+                request, seen, (self.hash_plan, picker_hashes[index]) if picker_hashes else None, **keyed)
+        heapq.heappush(self.events, (now + self.arrival(self.prepared.prompt_lens[index]), next(self.order), _ARRIVE,
+                                     index))
 
-    # Sessions: a turn waits for its session's previous turn.
-    session_of = plan.sessions
-    turns: dict[str, deque[int]] = {}
-    for index, session in enumerate(session_of):
-        if session is not None:
-            turns.setdefault(session, deque()).append(index)
-    busy_sessions: set[str] = set()
-    deferred: dict[str, deque[int]] = {}
-    ready: list[int] = []  # closed loop: requests whose session is free, in workload order
-    in_flight = 0
-
-    # Requests sent at one instant (a closed loop's start, turns one step's finishes free, a
-    # timed burst) reach the gateway in no order the workload sets: they are picked in a random
-    # order of their own (a stream apart from the run's, so runs without such ties draw what
-    # they always drew). Sending them in workload order made round-robin keep every chat of
-    # the benchmark's multi-turn workload on its pod (68.9% predicted in every seed, against
-    # 48.1-68.9% measured, 61.7% in 25 of 52 runs).
-    send_order = random.Random(None if seed is None else f"{seed}/sends at one instant")
-    freed: list[int] = []  # open loop: deferred turns freed by the step that just ended
-
-    def send_together(indexes: list[int], now: float) -> None:
+    def send_together(self, indexes: list[int], now: float) -> None:
         if len(indexes) > 1:
-            send_order.shuffle(indexes)
+            self.send_order.shuffle(indexes)
         for index in indexes:
-            send(index, now)
+            self.send(index, now)
 
-    def dispatch(now: float) -> None:
-        nonlocal in_flight
+    def dispatch(self, now: float) -> None:
         batch = []
-        while ready and in_flight < plan.concurrency:
+        ready = self.ready
+        while ready and self.in_flight < self.concurrency:
             index = heapq.heappop(ready)
-            in_flight += 1
-            if session_of[index] is not None:
-                busy_sessions.add(session_of[index])
+            self.in_flight += 1
+            if self.session_of[index] is not None:
+                self.busy_sessions.add(self.session_of[index])
             batch.append(index)
-        send_together(batch, now)
+        self.send_together(batch, now)
 
-    if plan.concurrency is not None:
-        ready = [index for index, session in enumerate(session_of) if session is None]
-        ready += [queue[0] for queue in turns.values()]
-        heapq.heapify(ready)
-        dispatch(0.0)
-    else:
-        planned += [(at, next(order), SEND, index) for index, at in enumerate(plan.send_at)]
-    planned.sort()
-    planned.append((float("inf"), next(order), SEND, -1))  # a sentinel: never reached while events remain
-
-    hit_tokens = [0] * count
-
-    def on_first_token(seq: EngineRequest, now: float) -> None:
-        hit_tokens[seq.index] = seq.hit_tokens
-        ttfts[seq.index] = now - sent_at[seq.index]
-        queue_times[seq.index] = seq.scheduled_at - seq.engine_arrival
+    def on_first_token(self, seq: EngineRequest, now: float) -> None:
+        index = seq.index
+        self.hit_tokens[index] = seq.hit_tokens
+        self.ttfts[index] = now - self.sent_at[index]
+        self.queue_times[index] = seq.scheduled_at - seq.engine_arrival
         # The first chunk reaches the picker when the step that sampled it ends (the hop back is not modelled).
-        picker = picked_by[seq.index]
+        picker = self.picked_by[index]
         if picker is not None:
-            picker.first_chunk(seq.index)
+            picker.first_chunk(index)
 
-    finished_at = [0.0] * count
-
-    def on_finish(seq: EngineRequest, now: float) -> None:
-        nonlocal in_flight
-        finished_at[seq.index] = now
-        picker = picked_by[seq.index]
+    def on_finish(self, seq: EngineRequest, now: float) -> None:
+        index = seq.index
+        self.finished_at[index] = now
+        picker = self.picked_by[index]
         if picker is not None:
-            picker.finished(seq.index)
-        session = session_of[seq.index]
-        if plan.concurrency is not None:
-            in_flight -= 1
+            picker.finished(index)
+        session = self.session_of[index]
+        if self.concurrency is not None:
+            self.in_flight -= 1
             if session is not None:
-                busy_sessions.discard(session)
-                queue = turns[session]
+                self.busy_sessions.discard(session)
+                queue = self.turns[session]
                 queue.popleft()
                 if queue:
-                    heapq.heappush(ready, queue[0])
+                    heapq.heappush(self.ready, queue[0])
         elif session is not None:
-            busy_sessions.discard(session)
-            waiting = deferred.get(session)
+            self.busy_sessions.discard(session)
+            waiting = self.deferred.get(session)
             if waiting:
-                busy_sessions.add(session)
-                freed.append(waiting.popleft())
+                self.busy_sessions.add(session)
+                self.freed.append(waiting.popleft())
 
-    heappop, heappush = heapq.heappop, heapq.heappush
+    def start_step(self, engine_index: int, now: float) -> None:
+        duration = self.engines[engine_index].schedule(now)
+        self.stepping[engine_index] = True
+        heapq.heappush(self.events, (now + duration, next(self.order), _STEP_END, engine_index))
 
-    def start_step(engine_index: int, now: float) -> None:
-        duration = engines[engine_index].schedule(now)
-        stepping[engine_index] = True
-        heappush(events, (now + duration, next(order), STEP_END, engine_index))
+    def step_ended(self, engine_index: int, now: float) -> None:
+        engine = self.engines[engine_index]
+        self.stepping[engine_index] = False
+        finished = engine.finished
+        engine.finish_step(now, self.on_first_token, self.on_finish)
+        if engine.finished != finished:
+            # Every request the step's finishes let go, sent together.
+            if self.concurrency is not None:
+                self.dispatch(now)
+            elif self.freed:
+                freed, self.freed = self.freed, []
+                self.send_together(freed, now)
+        published = engine.published
+        if published is not self.published_metrics[engine_index] and self.reads_metrics:
+            # A new object only when a gauge changed: pickers reuse their scores for the very same
+            # pods, and a scrape reads the same object from the step that published it or a later one.
+            self.published_metrics[engine_index] = published
+            metrics_of = self.metrics_of[engine_index]
+            metrics = metrics_of.get(published)
+            if metrics is None:
+                # Gauges recur (a pod's few running counts, its usage at each block count): one object each.
+                metrics = metrics_of[published] = PodMetrics(
+                    name=engine.name, waiting=published.waiting, running=published.running,
+                    kv_usage=published.kv_usage, block_size=self.prepared.block_size,
+                    num_gpu_blocks=self.fleet.num_gpu_blocks)
+            self.scrapes[engine_index].publish(now, metrics)
+        if engine.busy:
+            self.start_step(engine_index, now)
 
-    now = 0.0
-    next_planned = 0
-    last_planned = len(planned) - 1
-    while True:
-        if events and events[0] < planned[next_planned]:
-            now, _, kind, payload = heappop(events)
-        elif next_planned < last_planned:
-            now, _, kind, payload = planned[next_planned]
-            next_planned += 1
+    def arrived(self, index: int, now: float) -> None:
+        prepared = self.prepared
+        engine_index = self.by_name[self.placements[index]]
+        self.engines[engine_index].add(EngineRequest(index, prepared.prompt_lens[index], prepared.keys[index],
+                                                     prepared.output_lens[index], now))
+        if not self.stepping[engine_index]:
+            self.start_step(engine_index, now)
+
+    def sent_as_planned(self, first: int, now: float) -> None:
+        """Every send planned for this instant (a timed workload's burst), sent together."""
+        planned = self.planned
+        batch = [first]
+        while (self.next_planned < self.last_planned and planned[self.next_planned][0] == now
+               and planned[self.next_planned][2] == _SEND):
+            batch.append(planned[self.next_planned][3])
+            self.next_planned += 1
+        sendable = []
+        for index in batch:  # in workload order, so a session's earlier turn goes first
+            session = self.session_of[index]
+            if session is not None:
+                if session in self.busy_sessions:
+                    self.deferred.setdefault(session, deque()).append(index)
+                    continue
+                self.busy_sessions.add(session)
+            sendable.append(index)
+        self.send_together(sendable, now)
+
+    def run(self) -> LoadResult:
+        plan, planned = self.plan, self.planned
+        if self.concurrency is not None:
+            ready = [index for index, session in enumerate(self.session_of) if session is None]
+            ready += [queue[0] for queue in self.turns.values()]
+            heapq.heapify(ready)
+            self.ready = ready
+            self.dispatch(0.0)
         else:
-            break
-        if kind == STEP_END:  # the most frequent event, tested first
-            engine = engines[payload]
-            stepping[payload] = False
-            finished = engine.finished
-            engine.finish_step(now, on_first_token, on_finish)
-            if engine.finished != finished:
-                # Every request the step's finishes let go, sent together.
-                if plan.concurrency is not None:
-                    dispatch(now)
-                elif freed:
-                    send_together(freed, now)
-                    freed = []
-            published = engine.published
-            if published is not published_metrics[payload] and reads_metrics:
-                # A new object only when a gauge changed: pickers reuse their scores for the very same
-                # pods, and a scrape reads the same object from the step that published it or a later one.
-                published_metrics[payload] = published
-                metrics = metrics_of[payload].get(published)
-                if metrics is None:
-                    # Gauges recur (a pod's few running counts, its usage at each block count): one object each.
-                    metrics = metrics_of[payload][published] = PodMetrics(
-                        name=engine.name, waiting=published.waiting, running=published.running,
-                        kv_usage=published.kv_usage, block_size=block_size, num_gpu_blocks=fleet.num_gpu_blocks)
-                scrapes[payload].publish(now, metrics)
-            if engine.busy:
-                start_step(payload, now)
-        elif kind == ARRIVE:
-            engine_index = by_name[placements[payload]]
-            engines[engine_index].add(EngineRequest(payload, prepared.prompt_lens[payload], prepared.keys[payload],
-                                                    prepared.output_lens[payload], now))
-            if not stepping[engine_index]:
-                start_step(engine_index, now)
-        elif kind == PICK:
-            pick(payload, now)
-        elif kind == SEND:
-            # Every send planned for this instant (a timed workload's burst), sent together.
-            batch = [payload]
-            while next_planned < last_planned and planned[next_planned][0] == now and planned[next_planned][2] == SEND:
-                batch.append(planned[next_planned][3])
-                next_planned += 1
-            sendable = []
-            for index in batch:  # in workload order, so a session's earlier turn goes first
-                session = session_of[index]
-                if session is not None:
-                    if session in busy_sessions:
-                        deferred.setdefault(session, deque()).append(index)
-                        continue
-                    busy_sessions.add(session)
-                sendable.append(index)
-            send_together(sendable, now)
-        else:
-            pickers[:] = fleet.repick(plan.weight_changes[payload].weights, payload)
+            planned += [(at, next(self.order), _SEND, index) for index, at in enumerate(plan.send_at)]
+        planned.sort()
+        planned.append((float("inf"), next(self.order), _SEND, -1))  # a sentinel: never reached while events remain
+        now = self.loop()
+        engines = self.engines
+        pods = tuple(PodDelta(engine.name, engine.finished, engine.hits, engine.queries) for engine in engines)
+        start = min(self.sent_at) if self.count else 0.0
+        return LoadResult(pods, tuple(self.placements), self.prepared.prompt_lens, tuple(self.hit_tokens),
+                          self.explained, tuple(self.ttfts), tuple(self.queue_times), now - start,
+                          tuple(self.sent_at), tuple(self.finished_at))
 
-    pods = tuple(PodDelta(engine.name, engine.finished, engine.hits, engine.queries) for engine in engines)
-    start = min(sent_at) if count else 0.0
-    return LoadResult(pods, tuple(placements), prepared.prompt_lens, tuple(hit_tokens), explained, tuple(ttfts),
-                      tuple(queue_times), now - start, tuple(sent_at), tuple(finished_at))
+    def loop(self) -> float:
+        """Runs every event, earliest first; returns the time of the last."""
+        plan, planned, events = self.plan, self.planned, self.events
+        heappop = heapq.heappop
+        now = 0.0
+        self.next_planned = 0
+        self.last_planned = len(planned) - 1
+        while True:
+            if events and events[0] < planned[self.next_planned]:
+                now, _, kind, payload = heappop(events)
+            elif self.next_planned < self.last_planned:
+                now, _, kind, payload = planned[self.next_planned]
+                self.next_planned += 1
+            else:
+                break
+            if kind == _STEP_END:  # the most frequent event, tested first
+                self.step_ended(payload, now)
+            elif kind == _ARRIVE:
+                self.arrived(payload, now)
+            elif kind == _PICK:
+                self.pick(payload, now)
+            elif kind == _SEND:
+                self.sent_as_planned(payload, now)
+            else:
+                self.pickers[:] = self.fleet.repick(plan.weight_changes[payload].weights, payload)
+        return now
 
 
 class _RecordedPlacements:

@@ -16,8 +16,9 @@ ROOMY = EngineLimits(max_num_seqs=8, max_num_batched_tokens=64)
 
 
 def keys(*names: str) -> tuple[int, ...]:
-    """Prefix keys: block i's key stands for blocks 0..i, so prompts sharing keys share a prefix."""
-    return tuple(hash(names[: index + 1]) for index in range(len(names)))
+    """Prefix keys: block i's key stands for blocks 0..i, so prompts sharing keys share a prefix.
+    Non-negative 64-bit keys, as prefix.server_block_keys makes them."""
+    return tuple(hash(names[: index + 1]) % 2 ** 64 for index in range(len(names)))
 
 
 def run(engine: Engine, arrivals: list[tuple[float, EngineRequest]]) -> dict[int, tuple[float, float]]:
@@ -74,7 +75,7 @@ def test_a_running_requests_blocks_are_not_evicted_but_a_finished_ones_are():
     engine.add(b)
     engine.schedule(1.8)
     assert list(engine.waiting) == [b] and engine.running == [a]
-    assert set(engine.pool.cached.values()) >= set(a.blocks[:2])
+    assert set(engine.pool.cached_blocks().values()) >= set(a.blocks[:2])
 
 
 def test_a_request_that_arrives_during_a_step_is_in_the_gauges_only_after_the_next_step():
@@ -162,7 +163,7 @@ def test_preemption_frees_the_newest_running_request_and_it_is_counted_once():
 def test_block_pool_usage_counts_cached_free_blocks_as_free():
     pool = BlockPool(5)
     blocks = pool.allocate(2)
-    pool.cache(blocks[0], 11)
+    pool.cache_prefix(blocks, (11,), 0, 1)
     assert pool.usage == pytest.approx(0.5)
     pool.release(blocks)
-    assert pool.usage == 0.0 and pool.cached == {11: blocks[0]}
+    assert pool.usage == 0.0 and pool.cached_blocks() == {11: blocks[0]}

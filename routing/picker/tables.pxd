@@ -1,0 +1,16 @@
+# A hash table from 64-bit keys to non-negative integers, in C, for the compiled core's twins of
+# the picker's prefix index and the engine's block pool (tables.pyx).
+from libc.stdint cimport int64_t, uint64_t
+
+
+cdef class U64Table:
+    cdef uint64_t* keys
+    cdef int64_t* values  # -1: an empty slot
+    cdef Py_ssize_t capacity  # slots, a power of two
+    cdef Py_ssize_t size
+    cdef int shift  # 64 - log2(capacity): a key's home slot is its hash's top bits
+
+    cdef int64_t get(self, uint64_t key) noexcept
+    cdef void put(self, uint64_t key, int64_t value) except *
+    cdef bint remove(self, uint64_t key) noexcept
+    cdef void _grow(self) except *

@@ -1,0 +1,39 @@
+# Types for the compiled core (routing/compiled.py): fleet.py runs as it is without them.
+cimport cython
+
+from routing.simulation.engine cimport Engine, EngineRequest
+
+
+cdef class _Scrapes:
+    cdef public object history
+
+
+cdef class _LoadReplay:
+    cdef public object prepared, plan, fleet, explain, rng, explained, order, arrival, hash_plan, picker_hashes
+    cdef public object send_order, concurrency, session_of
+    cdef public Py_ssize_t count, in_flight, next_planned, last_planned
+    cdef public list engines, idle, scrapes, published_metrics, metrics_of, phases, last_read_at, read, fresh_until
+    cdef public list sent_at, ttfts, queue_times, hit_tokens, finished_at, placements, picked_by, events, stepping
+    cdef public list pickers, planned, ready, freed
+    cdef public dict by_name, turns, deferred
+    cdef public set busy_sessions
+    cdef public double interval, send_spacing, spaced_until
+    cdef public bint reads_metrics
+
+    cpdef send(self, Py_ssize_t index, double now)
+    @cython.locals(replica=Py_ssize_t, seen=list, interval=double, read_at=list, scrapes=list, keep_after=double,
+                   next_scrape=double, pod=Py_ssize_t, phase=double, scrape_time=double)
+    cpdef pick(self, Py_ssize_t index, double now)
+    cpdef send_together(self, list indexes, double now)
+    cpdef dispatch(self, double now)
+    cpdef on_first_token(self, EngineRequest seq, double now)
+    cpdef on_finish(self, EngineRequest seq, double now)
+    @cython.locals(duration=double)
+    cpdef start_step(self, Py_ssize_t engine_index, double now)
+    @cython.locals(engine=Engine, finished=Py_ssize_t)
+    cpdef step_ended(self, Py_ssize_t engine_index, double now)
+    @cython.locals(engine_index=Py_ssize_t)
+    cpdef arrived(self, Py_ssize_t index, double now)
+    cpdef sent_as_planned(self, Py_ssize_t first, double now)
+    @cython.locals(now=double, kind=Py_ssize_t, payload=Py_ssize_t, events=list, planned=list)
+    cpdef double loop(self)
