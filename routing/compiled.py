@@ -28,7 +28,8 @@ COMPILED_MODULES = ("routing.picker.prefix", "routing.picker.load", "routing.pic
                     "routing.simulation.engine", "routing.simulation.fleet")
 # Compiled only: C twins of the pure-Python functions and classes they stand in for (the block-hash
 # chains of picker/prefix.py, the prefix index, the engine's block pool) and the table they share.
-NATIVE_MODULES = ("routing.picker.chains", "routing.picker.tables", "routing.simulation.block_pool")
+NATIVE_MODULES = ("routing.picker.chains", "routing.picker.tables", "routing.picker.prefix_index",
+                  "routing.simulation.block_pool")
 # What the build compiled, and from which source: {"modules": {name: sha256 of its .py/.pyx and .pxd}}.
 MANIFEST = PACKAGE_DIR / ".compiled-core.json"
 PURE_PYTHON_ENV = "ROUTING_PURE_PYTHON"

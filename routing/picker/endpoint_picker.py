@@ -337,6 +337,12 @@ class PrefixIndex:
         return len(self._lru_by_pod.get(pod, ()))
 
 
+try:  # the same index in C (prefix_index.pyx) when the simulator's core is compiled (routing/compiled.py)
+    from routing.picker.prefix_index import PrefixIndex as _INDEX
+except ImportError:
+    _INDEX = PrefixIndex
+
+
 class HashPlan(NamedTuple):
     """How a prefix producer cuts a request into hashed blocks: its characters (pickers before
     v0.9) or its pseudo-tokens, in blocks of `block_tokens`, at most `max_blocks` of them, with
@@ -414,7 +420,7 @@ class _PrefixProducer:
                 self.max_prefix_tokens = 0
             if "maxPrefixBlocksToMatch" not in spec.written:
                 self.max_prefix_blocks = LEGACY_MAX_PREFIX_BLOCKS
-        self.index = PrefixIndex()
+        self.index = _INDEX()
         self._plans: dict[int | None, HashPlan] = {}  # by reported block size: every pick asks
 
     def hash_plan(self, reported_block_size: int | None) -> HashPlan:

@@ -140,6 +140,37 @@ def test_the_c_block_pool_hands_out_caches_and_evicts_as_the_python_one(seed):
             == pool_operations(engine.BlockPool(size), random.Random(seed), 300))
 
 
+def index_operations(index, rng: random.Random, steps: int, pods: int) -> list:
+    """A random life of a prefix index: chains of hashes from a few shared prefixes, added for
+    pods with small LRUs (so hashes are evicted) and matched against a random set of candidates."""
+    names = [f"pod-{number}" for number in range(pods)]
+    prefixes = [[rng.randrange(2 ** 64) for _ in range(8)] for _ in range(6)]
+    seen = []
+    for _ in range(steps):
+        hashes = rng.choice(prefixes)[:rng.randrange(9)] + [rng.randrange(2 ** 64) for _ in range(rng.randrange(3))]
+        if rng.random() < 0.5:
+            pod = rng.choice(names)
+            index.add(hashes, pod, rng.randrange(1, 12))
+            seen.append(("add", index.capacity(pod), index.blocks_held(pod)))
+        else:
+            candidates = rng.sample(names, rng.randrange(1, pods + 1))
+            matched = [0] * len(candidates)
+            index.match(hashes, {name: place for place, name in enumerate(candidates)}, matched)
+            seen.append(("match", matched))
+    seen.append(("held", [(index.capacity(name), index.blocks_held(name)) for name in names]))
+    return seen
+
+
+@needs_core
+@pytest.mark.parametrize("seed, pods", [(seed, pods) for seed in range(20) for pods in (2, 16, 70)])
+def test_the_c_prefix_index_matches_remembers_and_evicts_as_the_python_one(seed, pods):
+    from routing.picker.endpoint_picker import PrefixIndex
+    from routing.picker.prefix_index import PrefixIndex as NativePrefixIndex
+
+    assert (index_operations(NativePrefixIndex(), random.Random(seed), 400, pods)
+            == index_operations(PrefixIndex(), random.Random(seed), 400, pods))
+
+
 # -- the whole core, on the golden predictions -------------------------------------------------------
 
 @needs_core
