@@ -9,8 +9,6 @@ the same predictions) and says so; it does not fail the set-up.
 
 from __future__ import annotations
 
-import contextlib
-import io
 import json
 import os
 import sys
@@ -42,8 +40,8 @@ def build() -> list[str]:
     extensions = [Extension(module, [str(source_files(module)[0].relative_to(ROOT))])
                   for module in (*COMPILED_MODULES, *NATIVE_MODULES)]
     modules = cythonize(extensions, compiler_directives=DIRECTIVES, nthreads=os.cpu_count() or 1, quiet=True)
-    distribution = Distribution({"ext_modules": modules, "script_args": ["build_ext", "--inplace", "--parallel", str(os.cpu_count() or 1),
-                                                                          "--build-temp", "build/core"]})
+    distribution = Distribution({"ext_modules": modules, "script_args": [
+        "--quiet", "build_ext", "--inplace", "--parallel", str(os.cpu_count() or 1), "--build-temp", "build/core"]})
     distribution.parse_command_line()
     distribution.run_commands()
     return [module.name for module in modules]
@@ -51,14 +49,11 @@ def build() -> list[str]:
 
 def main() -> int:
     started = time.monotonic()
-    output = io.StringIO()
+    os.chdir(ROOT)
     try:
-        with contextlib.redirect_stdout(output), contextlib.redirect_stderr(output):
-            os.chdir(ROOT)
-            built = build()
+        built = build()  # Cython's and the compiler's errors, if any, go to stderr as they come
     except (Exception, SystemExit) as error:  # any build failure: the pure-Python modules still run
         MANIFEST.unlink(missing_ok=True)
-        print(output.getvalue()[-4000:], file=sys.stderr)
         print(f"build_core: the compiled core was not built ({error!r}); predict runs the pure-Python modules, "
               "with the same results, a few times slower", file=sys.stderr)
         return 0

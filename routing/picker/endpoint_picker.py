@@ -14,10 +14,10 @@ from __future__ import annotations
 import random
 import sys
 from array import array
-from collections import OrderedDict
+from collections import OrderedDict, abc
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any, Hashable, Mapping, NamedTuple, Protocol, Sequence
+from typing import Any, Hashable, Iterator, Mapping, NamedTuple, Protocol, Sequence
 
 from routing.picker.estimate import (DEFAULT_ESTIMATES, SURROGATE_FIX, MediaEstimates, MediaRun, ServerPrompt,
                                      lone_surrogate, parse_body, with_estimates)
@@ -134,6 +134,30 @@ class Request:
 
 
 _NO_WEIGHTS: Mapping[str, float] = MappingProxyType({})
+_NO_MATCHES: Mapping[str, int] = MappingProxyType({})
+
+
+class _ByPod(abc.Mapping):
+    """A read-only {pod: value} over the pods' positions and their values in that order: a pick
+    makes its evidence this way at no cost, and a reader who looks pays for what is read."""
+
+    __slots__ = ("_position", "_values")
+
+    def __init__(self, position: Mapping[str, int], values: Sequence):
+        self._position = position
+        self._values = values
+
+    def __getitem__(self, pod: str):
+        return self._values[self._position[pod]]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._position)
+
+    def __len__(self) -> int:
+        return len(self._position)
+
+    def __repr__(self) -> str:
+        return repr(dict(self))
 
 
 @dataclass(frozen=True)
@@ -370,15 +394,19 @@ class HashPlan(NamedTuple):
 Hashed = tuple[HashPlan, Sequence[Sequence[int]]]
 
 
-class _MatchInfo(NamedTuple):
+class _MatchInfo:
     """One prefix producer's view of one request (LDR attribute/prefix PrefixCacheMatchInfo):
     block hashes per prompt, blocks matched per candidate (in the candidates' order) summed
     over the prompts, and the request's blocks in all."""
 
-    hashes: Sequence[Sequence[int]]
-    match_blocks: list[int]
-    block_tokens: int
-    total_blocks: int
+    __slots__ = ("hashes", "match_blocks", "block_tokens", "total_blocks")
+
+    def __init__(self, hashes: Sequence[Sequence[int]], match_blocks: list[int], block_tokens: int,
+                 total_blocks: int):
+        self.hashes = hashes
+        self.match_blocks = match_blocks
+        self.block_tokens = block_tokens
+        self.total_blocks = total_blocks
 
     @property
     def cold(self) -> bool:
@@ -482,14 +510,16 @@ class _PrefixProducer:
 
 class _Scorer:
     """One scorer plugin, built from its decoded parameters. `producer` names the prefix producer
-    whose match info it reads."""
+    whose match info it reads (None: it reads none)."""
 
-    producer: str | None = None
     # Scores from the pods' metrics alone (not the request, not what was picked before).
     reads_only_pods = False
+    # Whether `pre_request` remembers something of a pick (most scorers remember nothing).
+    remembers_picks = False
 
     def __init__(self, parameters: Mapping[str, Any]):
         """Scorers without parameters take none (upstream's factories ignore them)."""
+        self.producer: str | None = None
 
     def score(self, request: Request, pods: Sequence[PodMetrics], match: _MatchInfo | None) -> list[float]:
         """Each pod's raw score, in the pods' order."""
@@ -559,6 +589,8 @@ class _NoHitLruScorer(_Scorer):
     neutral. Cold ones favour pods that never took a cold request (in candidate order), then the
     least recently used; rank = never-used count + position in the whole LRU (which may hold pods
     that are no longer candidates), clamped at 0. PreRequest moves the pod of a cold pick."""
+
+    remembers_picks = True
 
     def __init__(self, parameters: Mapping[str, Any]):
         super().__init__(parameters)
@@ -692,6 +724,8 @@ class EndpointPicker:
             elif spec.role == "filter":
                 self._filters.append(_affinity_filter(spec, where))
         self.weights: Mapping[str, float] = MappingProxyType(weights)
+        self._scorer_entries = tuple((name, scorer, scorer.reads_only_pods) for name, scorer in self._scorers.items())
+        self._remembering_scorers = tuple(scorer for scorer in self._scorers.values() if scorer.remembers_picks)
         # Picks that see the same metrics (every pick between two scrapes) share the scores of the
         # scorers that read only them, and the partial totals of the leading run of such scorers
         # (totals add up scorer by scorer, in profile order, so only a leading run can be shared).
@@ -766,18 +800,11 @@ class EndpointPicker:
                 for name, load in self._loads.items()}
 
     def pick(self, request: Request, pods: Sequence[PodMetrics], *, key: Hashable | None = None) -> Decision:
-        chosen, pods, totals, scores, (candidates, matches), filters = self._pick(request, pods, None, key)
-        names = [pod.name for pod in pods]
-        first = next(iter(matches.values()), None)
-        return Decision(pod=chosen, totals=MappingProxyType(dict(zip(names, totals))),
-                        scores=MappingProxyType({scorer: MappingProxyType(dict(zip(names, values)))
-                                                 for scorer, values in scores.items()}),
-                        match_blocks=MappingProxyType(dict(zip(candidates, first.match_blocks)) if first else {}),
-                        total_blocks=first.total_blocks if first else 0, weights=self.weights, filters=filters)
+        return self._pick(request, pods, None, key, True)
 
     def choose(self, request: Request, pods: Sequence[PodMetrics],
                hashed: Hashed | None = None, *, key: Hashable | None = None) -> str:
-        return self._pick(request, pods, hashed, key)[0]
+        return self._pick(request, pods, hashed, key, False)
 
     def first_chunk(self, key: Hashable) -> None:
         for load in self._loads.values():
@@ -808,15 +835,12 @@ class EndpointPicker:
                                 for name, scorer in self._scorers.items() if scorer.reads_only_pods}
         self._metrics_totals = _add_weighted([0.0] * len(pods), self._metrics_weights, self._metrics_scores)
 
-    def _pick(self, request: Request, pods: Sequence[PodMetrics], hashed: Hashed | None = None,
-              key: Hashable | None = None) -> tuple[str, Sequence[PodMetrics], list[float], dict[str, list[float]],
-                                                     tuple[Sequence[str], dict[str, _MatchInfo]],
-                                                     tuple[FilterOutcome, ...]]:
-        """The pick and what it was made from: the chosen pod, the pods scored (the candidates the
-        filters kept), their totals and scores per scorer (in the pods' order), each producer's
-        match info with the candidates it covers and what each filter did. `hashed`: the
-        request's block hashes and the plan they were computed with, which any producer hashing
-        by that plan uses instead. `key`: the request's, for the in-flight-load producers."""
+    def _pick(self, request: Request, pods: Sequence[PodMetrics], hashed: Hashed | None, key: Hashable | None,
+              decide: bool) -> str | Decision:
+        """The chosen pod's name or, with `decide`, the Decision with what it was made from.
+        `hashed`: the request's block hashes and the plan they were computed with, which any
+        producer hashing by that plan uses instead. `key`: the request's, for the in-flight-load
+        producers."""
         if not pods:
             raise ValueError("no candidate pods: the pool's selector matches no ready pod")
         filters: tuple[FilterOutcome, ...] = ()
@@ -824,20 +848,21 @@ class EndpointPicker:
             candidates, matches, pods, filters = self._produce_and_filter(request, pods, hashed)
             self._see(request, pods)
             names = self._names
+            candidate_position = self._position
             if len(names) < len(candidates):
+                candidate_position = {name: index for index, name in enumerate(candidates)}
                 kept = [candidates.index(name) for name in names]
                 scored = {name: match.restricted(kept) for name, match in matches.items()}
             else:
                 scored = matches
         else:
             self._see(request, pods)
-            candidates = self._names
-            matches = scored = {name: producer.match(request, pods, self._position, hashed)
+            candidate_position = self._position
+            matches = scored = {name: producer.match(request, pods, candidate_position, hashed)
                                 for name, producer in self._producers.items()}
         metrics_scores = self._metrics_scores
-        scores = {name: metrics_scores[name] if scorer.reads_only_pods
-                  else scorer.score(request, pods, scored.get(scorer.producer))
-                  for name, scorer in self._scorers.items()}
+        scores = {name: metrics_scores[name] if reads_only_pods else scorer.score(request, pods, scored.get(scorer.producer))
+                  for name, scorer, reads_only_pods in self._scorer_entries}
         totals = _add_weighted(self._metrics_totals, self._request_weights, scores)
 
         # LDR picker/maxscore/picker.go@v0.10.0: shuffle, then stable sort by score, highest
@@ -854,17 +879,27 @@ class EndpointPicker:
         else:
             order = list(range(len(pods)))
             _shuffle(order, self._rng)
-            chosen_index = next(position for position in order if totals[position] == best)
+            chosen_index = -1
+            for chosen_index in order:
+                if totals[chosen_index] == best:
+                    break
         chosen_pod = pods[chosen_index]
         chosen = chosen_pod.name
 
         for name, producer in self._producers.items():
             producer.record(scored[name], chosen_pod)
-        for scorer in self._scorers.values():
+        for scorer in self._remembering_scorers:
             scorer.pre_request(chosen, scored.get(scorer.producer))
         for load in self._loads.values():
             load.send(key, chosen)
-        return chosen, pods, totals, scores, (candidates, matches), filters
+        if not decide:
+            return chosen
+        position = self._position
+        first = next(iter(matches.values()), None)
+        return Decision(pod=chosen, totals=_ByPod(position, totals),
+                        scores=MappingProxyType({scorer: _ByPod(position, values) for scorer, values in scores.items()}),
+                        match_blocks=_ByPod(candidate_position, first.match_blocks) if first else _NO_MATCHES,
+                        total_blocks=first.total_blocks if first else 0, weights=self.weights, filters=filters)
 
     def _produce_and_filter(self, request: Request, pods: Sequence[PodMetrics], hashed: Hashed | None
                             ) -> tuple[list[str], dict[str, _MatchInfo], Sequence[PodMetrics],
@@ -988,7 +1023,7 @@ def _shuffle_draws(count: int, rng: random.Random) -> list[int]:
     after. No word is taken that shuffle would not take."""
     plan = _SHUFFLE_PLANS.get(count)
     if plan is None:
-        plan = _SHUFFLE_PLANS[count] = tuple((i + 1, 32 - (i + 1).bit_length()) for i in range(count - 1, 0, -1))
+        plan = _SHUFFLE_PLANS[count] = tuple([(i + 1, 32 - (i + 1).bit_length()) for i in range(count - 1, 0, -1)])
     draws: list[int] = []
     made = 0
     while made < len(plan):

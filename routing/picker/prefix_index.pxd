@@ -27,10 +27,16 @@ cdef class PrefixIndex:
     cdef Py_ssize_t words, slots, used, free_count
     cdef dict pod_ids
     cdef list pod_names, lrus, capacities
+    # match's work space: each pod's candidate position under `position`, and its blocks matched.
+    cdef Py_ssize_t* where
+    cdef Py_ssize_t* credit
+    cdef Py_ssize_t buffer_size, position_pods
+    cdef object position
 
     cdef Py_ssize_t _new_slot(self) except -1
     cdef void _widen(self) except *
     cdef Py_ssize_t _pod_id(self, str pod, Py_ssize_t capacity) except -1
     cpdef match(self, hashes, position, list matched)
+    cdef void _size_buffers(self, Py_ssize_t pods) except *
     cpdef add(self, hashes, str pod, Py_ssize_t capacity)
     cdef bint _empty(self, Py_ssize_t slot) noexcept

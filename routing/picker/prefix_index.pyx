@@ -122,10 +122,16 @@ cdef class PrefixIndex:
         self.pod_names = []
         self.lrus = []
         self.capacities = []
+        self.where = self.credit = NULL
+        self.buffer_size = 0
+        self.position = None
+        self.position_pods = 0
 
     def __dealloc__(self):
         PyMem_Free(self.masks)
         PyMem_Free(self.free_slots)
+        PyMem_Free(self.where)
+        PyMem_Free(self.credit)
 
     cdef Py_ssize_t _new_slot(self) except -1:
         cdef Py_ssize_t slot
@@ -177,37 +183,47 @@ cdef class PrefixIndex:
         return pod_id
 
     cpdef match(self, hashes, position, list matched):
-        """endpoint_picker.PrefixIndex.match: adds the blocks matched per candidate to `matched`."""
+        """endpoint_picker.PrefixIndex.match: adds the blocks matched per candidate to `matched`.
+
+        Each pod's candidate position is looked up once per `position` mapping: the picker makes a
+        new one whenever its candidates change and never alters one it has passed here."""
         cdef Py_ssize_t pods = len(self.pod_names), pod_id, word, count
-        cdef Py_ssize_t* where = <Py_ssize_t*> PyMem_Malloc((pods or 1) * sizeof(Py_ssize_t))
-        cdef Py_ssize_t* credit = <Py_ssize_t*> PyMem_Malloc((pods or 1) * sizeof(Py_ssize_t))
         cdef int64_t slot
         cdef uint64_t bits
-        if where is NULL or credit is NULL:
-            PyMem_Free(where)
-            PyMem_Free(credit)
-            raise MemoryError()
-        try:
+        if pods > self.buffer_size:
+            self._size_buffers(pods)
+        if position is not self.position or pods != self.position_pods:
             for pod_id in range(pods):
                 found = position.get(self.pod_names[pod_id])
-                where[pod_id] = -1 if found is None else found
-                credit[pod_id] = 0
-            for block_hash in hashes:
-                slot = self.holders.get(block_hash)
-                if slot < 0:
-                    break
-                for word in range(self.words):
-                    bits = self.masks[slot * self.words + word]
-                    while bits:
-                        credit[word * 64 + count_trailing_zeros(bits)] += 1
-                        bits &= bits - 1
-            for pod_id in range(pods):
-                count = credit[pod_id]
-                if count and where[pod_id] >= 0:
-                    matched[where[pod_id]] += count
-        finally:
-            PyMem_Free(where)
-            PyMem_Free(credit)
+                self.where[pod_id] = -1 if found is None else found
+            self.position = position
+            self.position_pods = pods
+        for pod_id in range(pods):
+            self.credit[pod_id] = 0
+        for block_hash in hashes:
+            slot = self.holders.get(block_hash)
+            if slot < 0:
+                break
+            for word in range(self.words):
+                bits = self.masks[slot * self.words + word]
+                while bits:
+                    self.credit[word * 64 + count_trailing_zeros(bits)] += 1
+                    bits &= bits - 1
+        for pod_id in range(pods):
+            count = self.credit[pod_id]
+            if count and self.where[pod_id] >= 0:
+                matched[self.where[pod_id]] += count
+
+    cdef void _size_buffers(self, Py_ssize_t pods) except *:
+        cdef Py_ssize_t* where = <Py_ssize_t*> PyMem_Realloc(self.where, pods * sizeof(Py_ssize_t))
+        if where is NULL:
+            raise MemoryError()
+        self.where = where
+        cdef Py_ssize_t* credit = <Py_ssize_t*> PyMem_Realloc(self.credit, pods * sizeof(Py_ssize_t))
+        if credit is NULL:
+            raise MemoryError()
+        self.credit = credit
+        self.buffer_size = pods
 
     cpdef add(self, hashes, str pod, Py_ssize_t capacity):
         """endpoint_picker.PrefixIndex.add: every hash into the pod's LRU (evicting, and dropping

@@ -337,13 +337,21 @@ def test_serve_tells_the_picker_of_the_first_chunk_and_the_end_of_each_request()
             picker = gateway.gateway.picker
             calls = []  # each lifecycle call, with what the picker holds in flight right after it
 
-            def recorded(call):
-                def record(key):
-                    call(key)
-                    calls.append((call.__name__, picker.in_flight()["inflight-load-producer"]))
-                return record
+            class Recorded:
+                """The gateway's picker, its lifecycle calls recorded."""
 
-            picker.first_chunk, picker.finished = recorded(picker.first_chunk), recorded(picker.finished)
+                def __getattr__(self, name):
+                    return getattr(picker, name)
+
+                def first_chunk(self, key):
+                    picker.first_chunk(key)
+                    calls.append(("first_chunk", picker.in_flight()["inflight-load-producer"]))
+
+                def finished(self, key):
+                    picker.finished(key)
+                    calls.append(("finished", picker.in_flight()["inflight-load-producer"]))
+
+            gateway.gateway.picker = Recorded()
             streamed = {"model": "m", "prompt": "hello " * 100, "stream": True}  # 150 tokens, three blocks
             for body in (streamed, {**streamed, "stream": False}):
                 request = urllib.request.Request(gateway.url + "/v1/completions", data=json.dumps(body).encode(),
