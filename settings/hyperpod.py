@@ -89,10 +89,13 @@ class HyperPodParser:
         self.problems = problems
         self.coerce = coerce
 
-    def settings(self, node: ConfigNode, cluster: ClusterSettings) -> HyperPodSettings:
+    def settings(self, node: ConfigNode, cluster: ClusterSettings) -> HyperPodSettings | None:
+        """None when hyperpod.existing is refused: which keys apply depends on it."""
         node.reject_unknown(HYPERPOD_KEYS)
         c = self.coerce
-        existing = node.leaf("existing", c.boolean, default_of(HyperPodSettings, "existing")) is True
+        existing = node.leaf("existing", c.boolean, default_of(HyperPodSettings, "existing"))
+        if existing is MISSING:
+            return None
         name = node.leaf("name", c.string(_cluster_name_message), MISSING)
         if existing != cluster.existing:
             self.problems.add("hyperpod.existing" if existing else "cluster.existing", True,

@@ -117,7 +117,7 @@ def parse_settings(raw: Mapping[str, Any], *, stack: str, secret_keys: frozenset
     parser = _Parser(problems, project_dir)
     top = ConfigNode("", _structured_top(raw), _flat_top(raw), problems)
     settings = parser.settings(top, stack=stack, secret_keys=secret_keys)
-    if problems.items:
+    if settings is None or problems.items:
         raise SettingsError(problems.items)
     return settings
 
@@ -168,7 +168,7 @@ class _Parser:
 
     # -- top level -------------------------------------------------------------------------
 
-    def settings(self, top: ConfigNode, *, stack: str, secret_keys: frozenset[str]) -> Settings:
+    def settings(self, top: ConfigNode, *, stack: str, secret_keys: frozenset[str]) -> Settings | None:
         unknown = top.names() - set(TOP_LEVEL_KEYS)
         for name in sorted(unknown):
             self.problems.add(name, top.structured.get(name, NOT_SET),
@@ -178,7 +178,12 @@ class _Parser:
         namespace = top.leaf("namespace", self.coerce.string(_dns_label_message), DEFAULT_NAMESPACE)
         weights = self.weights(top.child("weights"))
         routing = self.routing(top, "routing")
+        if platform is MISSING:
+            # Every check below depends on the platform; with a refused one they would only guess.
+            return None
         cluster = self.cluster(top.child("cluster"), stack, platform)
+        if cluster is None:
+            return None
         hyperpod, gpu_nodes = None, None
         if platform == "hyperpod":
             self._only_on("eks", platform, top, "gpuNodes", "GPUs come from hyperpod.instanceGroups")
@@ -199,7 +204,9 @@ class _Parser:
         observability = ObservabilityParser(self.problems, self.coerce).settings(
             top.child("observability"), namespace=gateway.network_policy.monitoring_namespace, models_namespace=namespace,
             secret_keys=secret_keys)
-        self.autoscaling_rules(models, observability, gateway, top.child("gateway"))
+        self.autoscaling_rules(models, observability)
+        if self.problems.items:
+            return None
         warnings = list(self.warnings(gateway, models, gpu_nodes))
         warnings += security_warnings(gateway, cluster)
         warnings += observability_warnings(observability, cluster)
@@ -211,22 +218,15 @@ class _Parser:
                         gpu_nodes=gpu_nodes, platform=platform, hyperpod=hyperpod, hf_token=hf_token,
                         observability=observability, warnings=tuple(warnings))
 
-    def autoscaling_rules(self, models: tuple[ModelSettings, ...], observability: ObservabilitySettings,
-                          gateway: GatewaySettings, gateway_node: ConfigNode) -> None:
-        """What a model's scaler needs: the stack's Prometheus to query, and KEDA to run it."""
-        scaled = [(index, model) for index, model in enumerate(models) if model.autoscaling is not None]
-        if not scaled:
+    def autoscaling_rules(self, models: tuple[ModelSettings, ...], observability: ObservabilitySettings) -> None:
+        """What a model's scaler needs: the stack's Prometheus to query (KEDA to run it: `gateway`)."""
+        if observability.enabled:
             return
-        if not observability.enabled:
-            for index, _ in scaled:
+        for index, model in enumerate(models):
+            if model.autoscaling is not None:
                 self.problems.add(f"models[{index}].autoscaling", NO_VALUE,
                                   "queries the stack's Prometheus, and observability.enabled is false. Remove "
                                   "observability.enabled, or remove the autoscaling block.")
-        if gateway.implementation == "hyperpod" and gateway.install_addon and not gateway.keda:
-            self.problems.add("gateway.keda", gateway_node.raw("keda"),
-                              f"is false, and models[{scaled[0][0]}].autoscaling needs KEDA, which on HyperPod comes "
-                              "from the inference add-on's own option. Remove gateway.keda (it is on when a model "
-                              "autoscales), or remove the autoscaling block.")
 
     def _only_on(self, wanted: str, platform: str, node: ConfigNode, name: str, why: str) -> None:
         if name in node.names():
@@ -460,7 +460,7 @@ class _Parser:
                                  weights: dict[str, int], config_map: PickerConfigMap | None,
                                  picker_replicas: Any) -> None:
         """What gateway.implementation llm-d cannot run: it deploys the llm-d router and nothing else."""
-        if "scheduler" in entry and scheduler != "llm-d":
+        if "scheduler" in entry and scheduler not in ("llm-d", MISSING):
             self.problems.add(f"{key}.scheduler", scheduler,
                               "chooses between HyperPod's two pickers; gateway.implementation llm-d always runs the "
                               "llm-d router. Remove the key.")
@@ -548,7 +548,7 @@ class _Parser:
         metrics = node.leaf("metrics", c.boolean, None)
         pod_defaults = self.pod_defaults(node) if "podDefaults" in node.names() else None
         install_addon = self.install_addon(node, cluster) if implementation == "hyperpod" else False
-        for addon_key in sorted(node.names() & set(ADDON_KEYS)) if not install_addon and implementation == "hyperpod" else ():
+        for addon_key in sorted(node.names() & set(ADDON_KEYS)) if install_addon is False and implementation == "hyperpod" else ():
             self.problems.add(f"gateway.{addon_key}", node.structured.get(addon_key, node.flat.get(addon_key)),
                               "configures the HyperPod inference add-on, which this stack does not install here "
                               "(gateway.installAddon is false). Remove it, or set gateway.installAddon true.")
@@ -562,7 +562,13 @@ class _Parser:
                                                   "(the Gateway terminates TLS with a certificate from the stack's "
                                                   "private CA), or remove gateway.loadBalancerController.")
         # On when a model autoscales: HyperPod's KEDA is the add-on's own option.
-        keda = node.leaf("keda", c.boolean, any(m.autoscaling is not None for m in models) and install_addon)
+        scaled = [index for index, model in enumerate(models) if model.autoscaling is not None]
+        keda = node.leaf("keda", c.boolean, bool(scaled) and install_addon is True)
+        if keda is False and scaled and install_addon is True:
+            self.problems.add("gateway.keda", False,
+                              f"is false, and models[{scaled[0]}].autoscaling needs KEDA, which on HyperPod comes "
+                              "from the inference add-on's own option. Remove gateway.keda (it is on when a model "
+                              "autoscales), or remove the autoscaling block.")
         gated = node.leaf("gatedModelAccess", c.boolean, default_of(GatewaySettings, "gated_model_access"))
         execution_role = node.leaf("executionRoleArn", c.string(_execution_role_message), None)
         dependency_versions = self.dependency_addon_versions(node.child("dependencyAddonVersions"))
@@ -624,10 +630,11 @@ class _Parser:
                               "`pulumi config set gateway.implementation hyperpod`.")
         return implementation if isinstance(implementation, str) else DEFAULT_IMPLEMENTATION[platform]
 
-    def install_addon(self, node: ConfigNode, cluster: ClusterSettings) -> bool:
-        install = node.leaf("installAddon", self.coerce.boolean, MISSING)
+    def install_addon(self, node: ConfigNode, cluster: ClusterSettings) -> Any:
+        """Whether the stack installs the inference add-on; MISSING when gateway.installAddon is refused."""
+        install = node.leaf("installAddon", self.coerce.boolean, None)
         if cluster.existing:
-            return install is True
+            return MISSING if install is MISSING else install is True
         if install is False:
             self.problems.add("gateway.installAddon", False,
                               "the stack creates this cluster, so it installs the inference add-on the gateway needs; "
@@ -704,13 +711,17 @@ class _Parser:
 
     # -- cluster and nodes -----------------------------------------------------------------
 
-    def cluster(self, node: ConfigNode, stack: str, platform: str) -> ClusterSettings:
+    def cluster(self, node: ConfigNode, stack: str, platform: str) -> ClusterSettings | None:
+        """None when cluster.existing is refused: whether the stack creates the cluster decides every
+        other check of the stack."""
         node.reject_unknown(CLUSTER_KEYS)
         if platform == "hyperpod":
             self._only_on("eks", platform, node, "systemNodes", "system pods run on a HyperPod instance group "
                                                                 "without GPUs (hyperpod.instanceGroups)")
         c = self.coerce
         existing = node.leaf("existing", c.boolean, default_of(ClusterSettings, "existing"))
+        if existing is MISSING:
+            return None
         name = node.leaf("name", c.string(_cluster_name_message), MISSING)
         if existing is True:
             if name is MISSING and "name" not in node.names():
@@ -726,10 +737,10 @@ class _Parser:
         subnet = c.string(_pattern_message(SUBNET_ID, "a subnet id such as subnet-0123456789abcdef0"))
         private = node.leaf("privateSubnetIds", c.string_list(subnet, unique=True), ())
         public = node.leaf("publicSubnetIds", c.string_list(subnet, unique=True), ())
-        if vpc_id and len(private) < 2:
+        if isinstance(vpc_id, str) and isinstance(private, tuple) and len(private) < 2:
             self.problems.add("cluster.privateSubnetIds", list(private), "needs at least two private subnets in "
                                                                          "different availability zones when cluster.vpcId is set.")
-        if (private or public) and not vpc_id:
+        if any(isinstance(ids, tuple) and ids for ids in (private, public)) and vpc_id is None:
             self.problems.add("cluster.vpcId", NOT_SET, "is required when subnet ids are given; set the VPC they "
                                                         "belong to, or remove the subnets to get a dedicated VPC.")
         public_access = node.leaf("endpointPublicAccess", c.boolean, default_of(ClusterSettings, "endpoint_public_access"))

@@ -113,7 +113,9 @@ class ConfigNode:
         return self.structured.get(name, MISSING)
 
     def leaf(self, name: str, coerce: Callable[[str, Any], Any], default: Any = None) -> Any:
-        """One field's value: flat form, structured form, or default; both forms must agree."""
+        """One field's value: flat form, structured form, or default when it is not set; both forms
+        must agree. MISSING when it is set and refused: a stand-in would feed the checks that
+        follow a value the user never set."""
         key = self.child_key(name)
         self.reject_below(name)
         structured = self.structured.get(name, MISSING)
@@ -130,7 +132,7 @@ class ConfigNode:
             return from_flat
         if from_structured is not MISSING:
             return from_structured
-        return default
+        return default if flat is MISSING and structured is MISSING else MISSING
 
     def reject_below(self, name: str, what: str = "a single value, not an object") -> None:
         """Flat keys under a single value (`weights.prefix.x`) would otherwise be silently ignored."""
