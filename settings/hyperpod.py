@@ -128,7 +128,7 @@ class HyperPodParser:
                 self.problems.add(f"hyperpod.{required}", NOT_SET,
                                   f"is required with hyperpod.existing: {what} (`pulumi config set hyperpod.{required} ...`).")
         for only_new in sorted(node.names() & {"instanceGroups", "nodeRecovery", "dependenciesChart"}):
-            self.problems.add(f"hyperpod.{only_new}", node.structured.get(only_new, node.flat.get(only_new)),
+            self.problems.add(f"hyperpod.{only_new}", node.given(only_new),
                               "applies only to a HyperPod cluster this stack creates; an existing one is used as it is. "
                               f"Remove it (`pulumi config rm --path hyperpod.{only_new}`).")
         return HyperPodSettings(name=name if isinstance(name, str) else "", existing=True,

@@ -171,9 +171,10 @@ class _Parser:
     def settings(self, top: ConfigNode, *, stack: str, secret_keys: frozenset[str]) -> Settings | None:
         unknown = top.names() - set(TOP_LEVEL_KEYS)
         for name in sorted(unknown):
-            self.problems.add(name, top.structured.get(name, NOT_SET),
-                              f"is not a key of this project.{did_you_mean(name, TOP_LEVEL_KEYS)} "
-                              f"Valid keys: {', '.join(TOP_LEVEL_KEYS)}. Remove it with `pulumi config rm {name}`.")
+            for key, value in top.set_under(name):
+                self.problems.add(key, value, f"is not a key of this project.{did_you_mean(name, TOP_LEVEL_KEYS)} "
+                                              f"Valid keys: {', '.join(TOP_LEVEL_KEYS)}. Remove it with "
+                                              f"`pulumi config rm {key}`.")
         platform = parse_platform(top, self.coerce)
         namespace = top.leaf("namespace", self.coerce.string(_dns_label_message), DEFAULT_NAMESPACE)
         weights = self.weights(top.child("weights"))
@@ -231,8 +232,7 @@ class _Parser:
     def _only_on(self, wanted: str, platform: str, node: ConfigNode, name: str, why: str) -> None:
         if name in node.names():
             key = node.child_key(name)
-            flat = {k: v for k, v in node.flat.items() if k == name or k.startswith(name + ".")}
-            self.problems.add(key, node.structured.get(name, flat),
+            self.problems.add(key, node.given(name),
                               f"applies only to platform {wanted}; on platform {platform} {why}. Remove it "
                               f"(`pulumi config rm --path {key}`) or set `pulumi config set platform {wanted}`.")
 
@@ -251,8 +251,9 @@ class _Parser:
 
     def weights(self, node: ConfigNode) -> dict[str, int]:
         for name in sorted(node.names() - set(WEIGHT_NAMES)):
-            self.problems.add(node.child_key(name), node.structured.get(name, node.flat.get(name, NOT_SET)),
-                              f"is not a scorer weight.{did_you_mean(name, WEIGHT_NAMES)} Valid weights: {', '.join(WEIGHT_NAMES)}.")
+            for key, value in node.set_under(name):
+                self.problems.add(key, value, f"is not a scorer weight.{did_you_mean(name, WEIGHT_NAMES)} Valid "
+                                              f"weights: {', '.join(WEIGHT_NAMES)}.")
         weight = self.coerce.integer(minimum=0, maximum=MAX_WEIGHT, hint=WEIGHT_HINT)
         weights = {}
         for name in WEIGHT_NAMES:
@@ -522,7 +523,7 @@ class _Parser:
         name = node.leaf("name", c.string(_dns_label_message), default_of(GatewaySettings, "name"))
         if implementation == "llm-d":
             for hyperpod_only in sorted(node.names() & set(HYPERPOD_GATEWAY_KEYS)):
-                self.problems.add(f"gateway.{hyperpod_only}", node.structured.get(hyperpod_only, node.flat.get(hyperpod_only)),
+                self.problems.add(f"gateway.{hyperpod_only}", node.given(hyperpod_only),
                                   "configures the HyperPod Inference Gateway (its InferenceGatewayConfig or add-on), "
                                   "which gateway.implementation llm-d does not run. Remove it, or use platform hyperpod.")
         bbr_raw = node.leaf("bbr", self._bbr, "auto")
@@ -549,7 +550,7 @@ class _Parser:
         pod_defaults = self.pod_defaults(node) if "podDefaults" in node.names() else None
         install_addon = self.install_addon(node, cluster) if implementation == "hyperpod" else False
         for addon_key in sorted(node.names() & set(ADDON_KEYS)) if install_addon is False and implementation == "hyperpod" else ():
-            self.problems.add(f"gateway.{addon_key}", node.structured.get(addon_key, node.flat.get(addon_key)),
+            self.problems.add(f"gateway.{addon_key}", node.given(addon_key),
                               "configures the HyperPod inference add-on, which this stack does not install here "
                               "(gateway.installAddon is false). Remove it, or set gateway.installAddon true.")
         addon_version = node.leaf("addonVersion", c.string(_addon_version_message),
@@ -728,7 +729,7 @@ class _Parser:
                 self.problems.add("cluster.name", NOT_SET, "is required with cluster.existing: the name of the EKS "
                                                            "cluster to attach to (`pulumi config set cluster.name my-cluster`).")
             for only_new in sorted(node.names() & (set(CLUSTER_KEYS) - {"name", "existing"})):
-                self.problems.add(f"cluster.{only_new}", node.structured.get(only_new, node.flat.get(only_new)),
+                self.problems.add(f"cluster.{only_new}", node.given(only_new),
                                   "applies only to a cluster this stack creates; with cluster.existing the "
                                   f"cluster is used as it is. Remove it (`pulumi config rm --path cluster.{only_new}`).")
             return ClusterSettings(name=name if isinstance(name, str) else "", existing=True)

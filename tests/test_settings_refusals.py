@@ -72,3 +72,19 @@ def test_node_counts_refused_are_not_compared_with_the_defaults():
                         "gpuNodes": '{"desired": "abc", "min": 4, "max": 5}'}, stack="test")
     assert [str(p) for p in caught.value.problems] == [
         "inference-gateway:gpuNodes.desired = 'abc': must be a whole number from 0 to 1000."]
+
+
+@pytest.mark.parametrize(("config", "shown"), [
+    ({"weight.prefix": "0"}, "inference-gateway:weight.prefix = '0': is not a key of this project. Did you mean "
+                             "'weights'?"),
+    ({"weights.prefx.x": "1"}, "inference-gateway:weights.prefx.x = '1': is not a scorer weight. Did you mean "
+                               "'prefix'?"),
+    ({"gateway.tsl.mode": "auto"}, "inference-gateway:gateway.tsl.mode = 'auto': is not a known key of gateway. "
+                                   "Did you mean 'tls'?"),
+    ({"cluster.existing": "true", "cluster.name": "c", "cluster.systemNodes.desired": "3"},
+     "inference-gateway:cluster.systemNodes = {'cluster.systemNodes.desired': '3'}: applies only to a cluster"),
+])
+def test_a_key_the_user_set_is_shown_with_the_value_set(config, shown):
+    with pytest.raises(SettingsError) as caught:
+        parse_settings({"platform": "eks", "models": '[{"name": "a", "model": "m"}]', **config}, stack="test")
+    assert any(str(problem).startswith(shown) for problem in caught.value.problems), str(caught.value)
