@@ -16,6 +16,7 @@ from settings.picker_config import (STICKY_PARAMETERS, PickerConfigError, load_e
                                     render_sticky_picker_config)
 
 from .errors import HIDDEN, NO_VALUE, NOT_SET, SettingsError
+from .instance_types import ec2_instance_type_message
 from .hyperpod import HyperPodParser, capacity_problems, hyperpod_warnings, parse_platform, picker_replica_warnings
 from .model import (DEFAULT_IMPLEMENTATION, DEFAULT_NAMESPACE, DEFAULT_VLLM_IMAGE, DEPENDENCY_ADDON_MINIMUMS,
                     MODELLED_VLLM_VERSION,
@@ -93,7 +94,6 @@ ADDON_VERSION = re.compile(r"^v[0-9]+\.[0-9]+\.[0-9]+-eksbuild\.[0-9]+$")
 VLLM_IMAGE = re.compile(r"^(?P<repo>(?:[a-z0-9.-]+(?::[0-9]+)?/)?(?:[a-z0-9._-]+/)*vllm-openai):v?(?P<version>[0-9]+\.[0-9]+\.[0-9]+)(?P<suffix>[-+.a-z0-9]*)$")
 SUBNET_ID = re.compile(r"^subnet-[0-9a-f]{8,17}$")
 VPC_ID = re.compile(r"^vpc-[0-9a-f]{8,17}$")
-INSTANCE_TYPE = re.compile(r"^[a-z][a-z0-9-]*\.[a-z0-9]+$")
 
 # GPUs per instance for common GPU instance types, to warn when the node group cannot hold
 # the replicas asked for. Unknown types are not checked.
@@ -756,7 +756,7 @@ class _Parser:
         system_node = node.child("systemNodes")
         system_node.reject_unknown(NODE_GROUP_KEYS)
         system = SystemNodeSettings(
-            instance_types=system_node.leaf("instanceTypes", c.string_list(c.string(_instance_type_message), min_items=1),
+            instance_types=system_node.leaf("instanceTypes", c.string_list(c.string(ec2_instance_type_message), min_items=1),
                                             default_of(SystemNodeSettings, "instance_types")),
             size=self.node_group_size(system_node, default_of(SystemNodeSettings, "size")))
         return ClusterSettings(name=name if isinstance(name, str) else f"inference-{stack}", existing=False,
@@ -794,7 +794,7 @@ class _Parser:
                               "is configured through the NVIDIA device plugin this stack installs on AL2023 nodes; "
                               "Bottlerocket ships its own plugin. Use an AL2023 amiType or timeSlicing 1.")
         result = GpuNodeSettings(
-            instance_types=node.leaf("instanceTypes", c.string_list(c.string(_instance_type_message), min_items=1),
+            instance_types=node.leaf("instanceTypes", c.string_list(c.string(ec2_instance_type_message), min_items=1),
                                      default_of(GpuNodeSettings, "instance_types")),
             size=self.node_group_size(node, default_of(GpuNodeSettings, "size")),
             capacity_type=node.leaf("capacityType", c.choice(("ON_DEMAND", "SPOT")),
@@ -986,7 +986,6 @@ _duration_message = _pattern_message(
     GATEWAY_DURATION, "a Gateway API duration such as 300s, 5m or 1h30m; 0s turns the timeout off")
 _addon_version_message = _pattern_message(
     ADDON_VERSION, "an EKS add-on version such as v2.0.0-eksbuild.2 (the first with the inference gateway)")
-_instance_type_message = _pattern_message(INSTANCE_TYPE, "an EC2 instance type such as g5.xlarge")
 
 
 
