@@ -17,6 +17,7 @@ from settings.picker_config import (STICKY_PARAMETERS, PickerConfigError, load_e
 
 from .errors import HIDDEN, NO_VALUE, NOT_SET, SettingsError
 from .instance_types import ec2_instance_type_message
+from .kubernetes_names import subdomain_message
 from .hyperpod import HyperPodParser, capacity_problems, hyperpod_warnings, parse_platform, picker_replica_warnings
 from .model import (DEFAULT_IMPLEMENTATION, DEFAULT_NAMESPACE, DEFAULT_VLLM_IMAGE, DEPENDENCY_ADDON_MINIMUMS,
                     MODELLED_VLLM_VERSION,
@@ -83,7 +84,6 @@ MANAGED_VLLM_FLAGS = ("--model", "--port", "--host", "--served-model-name", "--e
 DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 # Service names must start with a letter (RFC 1035).
 DNS_1035_LABEL = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
-DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 KUBERNETES_QUANTITY = re.compile(r"^[0-9]+(\.[0-9]+)?(m|k|M|G|T|P|Ki|Mi|Gi|Ti|Pi)?$")
 # Gateway API Duration (GEP-2257).
 GATEWAY_DURATION = re.compile(r"^([0-9]{1,5}(h|m|s|ms)){1,4}$")
@@ -485,7 +485,7 @@ class _Parser:
     def picker_config_map(self, model: ConfigNode) -> PickerConfigMap | None:
         node = model.child("pickerConfigMap")
         node.reject_unknown(("name", "key", "file"))
-        name = node.leaf("name", self.coerce.string(_subdomain_message), MISSING)
+        name = node.leaf("name", self.coerce.string(subdomain_message), MISSING)
         if name is MISSING:
             if "name" not in node.structured:
                 self.problems.add(node.child_key("name"), NOT_SET, "is required: the ConfigMap holding the picker configuration.")
@@ -858,12 +858,6 @@ def _service_name_message(value: str) -> str | None:
     if len(value) > 63 or not DNS_1035_LABEL.match(value):
         return ("names the Deployment and Service, so it must be a DNS-1035 label of at most 63 characters: "
                 "lower-case letters, digits and '-', starting with a letter. Set models[].deployment explicitly.")
-    return None
-
-
-def _subdomain_message(value: str) -> str | None:
-    if len(value) > 253 or not DNS_SUBDOMAIN.match(value):
-        return "must be a Kubernetes object name: lower-case letters, digits, '-' and '.', at most 253 characters."
     return None
 
 
