@@ -16,7 +16,7 @@ from . import __doc__ as PACKAGE_DOC
 from .mocks import PreviewMocks
 from .overrides import Override, OverrideError, apply_overrides
 from .report import LEGEND, Snapshot, change_report, compare, listing, snapshot
-from .runner import UsageError, one_line, run_program, stack_config, stack_path
+from .runner import UsageError, problem_text, run_program, stack_config, stack_path
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -49,7 +49,7 @@ def dry_run(stack: str, config: dict[str, str], secret_keys: list[str], what: st
         run = run_program(config, stack=stack, secret_keys=secret_keys, preview=True,
                           mocks=PreviewMocks(config.get("aws:region", "")))
     except RunError as error:
-        raise UsageError(f"{what}: {one_line(str(error))}") from None
+        raise UsageError(f"{what}: {problem_text(str(error))}") from None
     return snapshot(run, secret_values(config, secret_keys))
 
 
@@ -82,7 +82,7 @@ def main(argv: list[str] | None = None) -> int:
         try:
             config, secret_keys = stack_config(args.stack, args.stacks_dir)
         except SettingsError as error:
-            raise UsageError(one_line(str(error))) from None
+            raise UsageError(problem_text(str(error))) from None
         changed_config, changed_secrets = apply_overrides(config, secret_keys, overrides)
         where = shown_path(path)
         if not overrides:
