@@ -1,4 +1,4 @@
-"""`python -m dryrun --stack NAME [--set KEY=VALUE ...] [--json] [--show TEXT]`."""
+"""`python -m dryrun --stack NAME [--set KEY=VALUE ...] [--unset KEY ...] [--json] [--show TEXT]`."""
 
 from __future__ import annotations
 
@@ -26,15 +26,26 @@ def build_parser() -> argparse.ArgumentParser:
                         help="the stack's short name: stacks/Pulumi.<stack>.yaml, e.g. dev")
     parser.add_argument("--stacks-dir", type=Path, metavar="DIR",
                         help="where the stack files are (default: the repo's stacks/)")
-    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", dest="overrides",
+    parser.add_argument("--set", action=InOrder, default=[], metavar="KEY=VALUE", dest="overrides",
                         help="a config change to preview (repeatable): a flat key as `pulumi config set` stores it "
                              "(weights.prefix=0) or, inside an object or list of the stack file, a path as `pulumi "
                              "config set --path` does ('models[1].replicas=2'); prints only what the change changes")
+    parser.add_argument("--unset", action=InOrder, default=[], metavar="KEY", dest="overrides",
+                        help="a key to remove (repeatable), as `pulumi config rm` (with --path inside an object or "
+                             "list) would: same keys as --set, e.g. 'models[1].replicas'; changes apply in the "
+                             "order given")
     parser.add_argument("--json", action="store_true", help="print JSON for a script instead of YAML for a person")
     parser.add_argument("--show", metavar="TEXT",
                         help="only the resources whose type or Kubernetes kind contains TEXT, e.g. Deployment, "
                              "aws:iam, helm")
     return parser
+
+
+class InOrder(argparse.Action):
+    """--set and --unset in one list, in the order given: a later change applies to an earlier one's result."""
+
+    def __call__(self, parser, namespace, value, option_string=None):
+        setattr(namespace, self.dest, [*getattr(namespace, self.dest), (option_string, value)])
 
 
 def shown_path(path: Path) -> str:
@@ -78,7 +89,8 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         path = stack_path(args.stack, args.stacks_dir)
-        overrides = [Override.parse(text) for text in args.overrides]
+        overrides = [Override.parse(text) if option == "--set" else Override.removal(text)
+                     for option, text in args.overrides]
         try:
             config, secret_keys = stack_config(args.stack, args.stacks_dir)
         except SettingsError as error:
@@ -88,7 +100,7 @@ def main(argv: list[str] | None = None) -> int:
         if not overrides:
             print(render_listing(args, where, dry_run(args.stack, config, secret_keys, f"stack {args.stack}")), end="")
             return 0
-        change_text = " ".join(f"--set {o}" for o in overrides)
+        change_text = " ".join(map(str, overrides))
         # The changed stack first: a refused --set is reported before the stack as filed is run.
         after = dry_run(args.stack, changed_config, changed_secrets, f"stack {args.stack} with {change_text}")
         before = dry_run(args.stack, config, secret_keys, f"stack {args.stack} as filed (the diff's base)")
@@ -97,7 +109,9 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     change = compare(before, after, args.show, (f"{where} as filed", f"with {change_text}"))
     if args.json:
-        print(json.dumps({"stack": args.stack, "stackFile": where, "set": [str(o) for o in overrides], "legend": LEGEND,
+        print(json.dumps({"stack": args.stack, "stackFile": where,
+                          "set": [f"{o.key}={o.value}" for o in overrides if o.value is not None],
+                          "unset": [o.key for o in overrides if o.value is None], "legend": LEGEND,
                           **change.as_json()}, indent=2))
     else:
         print(change_report(args.stack, where, change_text, change, args.show), end="")
