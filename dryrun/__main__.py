@@ -11,6 +11,7 @@ from pathlib import Path
 from pulumi.errors import RunError
 
 from settings import SettingsError
+from settings.entry_point import exit_with
 
 from . import __doc__ as PACKAGE_DOC
 from .mocks import PreviewMocks
@@ -119,4 +120,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_with(main)

@@ -24,6 +24,7 @@ import yaml
 from pulumi.errors import RunError
 
 from settings import SettingsError
+from settings.entry_point import exit_with
 
 from .runner import ROOT, UsageError, problem_text, run_program, stack_config, stack_path
 
@@ -152,4 +153,4 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_with(main)
