@@ -6,9 +6,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import yaml
 
 from dryrun.runner import run_program, stack_config
+from settings import SettingsError, parse_settings
 from tests.stack.program import DEPENDENCIES_CLONE
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -59,6 +61,20 @@ def test_project_config_declarations_are_valid_and_never_required():
         assert declaration["type"] in ("string", "integer", "boolean", "array"), key
         assert declaration["type"] != "array" or "items" in declaration, key
         assert "default" in declaration, key
+
+
+def test_the_project_file_lists_every_top_level_key_settings_accepts():
+    commented = re.findall(r"^#   (\w+) ", (ROOT / "Pulumi.yaml").read_text(), re.MULTILINE)
+    # What settings accepts, as a user learns it: the keys a refused unknown key is told to choose from.
+    with pytest.raises(SettingsError) as caught:
+        parse_settings({"notAKey": "1"}, stack="test")
+    (unknown,) = [problem for problem in caught.value.problems if problem.key == "notAKey"]
+    valid = re.search(r"Valid keys: (.*)\. Remove", unknown.message)[1].split(", ")
+    for key in commented:
+        with pytest.raises(SettingsError) as caught:
+            parse_settings({key: "{"}, stack="test")
+        assert not any(problem.key == key and "is not a key" in problem.message for problem in caught.value.problems)
+    assert sorted(commented) == sorted(valid)
 
 
 def test_the_hyperpod_chart_is_cloned_before_the_preview_that_needs_it():
