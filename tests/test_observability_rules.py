@@ -2,13 +2,13 @@
 pass `promtool test rules` unit tests: each fires when it should, and the seed's concentration
 (every shared-prefix request on one pod, the other idle, nothing queued) does not fire.
 
-promtool is Debian's (`apt-get install prometheus`, 2.42); `.ci/run` installs it. Without it these
-tests skip with the reason, unless ROUTING_E2E_REQUIRED=1 (./test.sh's full run) requires them.
+promtool is Debian's (`apt-get install prometheus`, 2.42); `.ci/run` and the PR workflow install it.
+Without it these tests skip with the reason, unless the run requires them (CI=true, or
+ROUTING_E2E_REQUIRED=1 in ./test.sh's full run): then they fail.
 """
 
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
 
@@ -19,6 +19,7 @@ from components.observability import dashboard, queries
 from components.observability import render as observability
 from settings import load_stack, parse_settings
 from settings.stackfile import read_stack_config, stack_file
+from tests.full_run import required_by
 
 INSTALL = "install Debian's prometheus package, which brings promtool: `apt-get install prometheus`"
 
@@ -26,8 +27,8 @@ INSTALL = "install Debian's prometheus package, which brings promtool: `apt-get 
 def required_tool(name: str) -> str:
     found = shutil.which(name)
     if found is None:
-        if os.environ.get("ROUTING_E2E_REQUIRED") == "1":
-            pytest.fail(f"ROUTING_E2E_REQUIRED=1 but {name} is not installed: {INSTALL}", pytrace=False)
+        if why := required_by():
+            pytest.fail(f"{why} but {name} is not installed: {INSTALL}", pytrace=False)
         pytest.skip(f"{name} is not installed: {INSTALL}")
     return found
 

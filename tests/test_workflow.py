@@ -77,6 +77,13 @@ def test_the_project_file_lists_every_top_level_key_settings_accepts():
     assert sorted(commented) == sorted(valid)
 
 
+def test_the_unit_job_installs_promtool_before_the_tests_that_require_it_in_ci():
+    steps = yaml.safe_load(WORKFLOW.read_text())["jobs"]["unit"]["steps"]
+    runs = [step.get("run", "") for step in steps]
+    install = next(i for i, run in enumerate(runs) if re.search(r"apt-get install .*\bprometheus\b", run))
+    assert install < next(i for i, run in enumerate(runs) if "./test.sh --unit" in run)
+
+
 def test_the_hyperpod_chart_is_cloned_before_the_preview_that_needs_it():
     preview = yaml.safe_load(WORKFLOW.read_text())["jobs"]["preview"]
     names = [step.get("name", step.get("uses", "")) for step in preview["steps"]]
