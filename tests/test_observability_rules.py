@@ -96,7 +96,24 @@ MODEL = SETTINGS.model_named("qwen-small")
 POD = {"namespace": "inference", "app": MODEL.deployment}
 PICKER = {"namespace": "inference", "service": "qwen-small-epp"}
 RULE = observability.prometheus_rule(SETTINGS, MODEL)
-ANNOTATIONS = {r["alert"]: r["annotations"] for r in RULE["spec"]["groups"][0]["rules"]}
+# What the person paged reads, written here rather than read from the rule: promtool compares the
+# firing alert's annotations with these exactly.
+ANNOTATIONS = {
+    "RoutingModelNotScraped": {
+        "summary": "Prometheus cannot read the metrics of qwen-small's pods",
+        "description": "Dashboards, alerts and the scaler are blind for this model. Check the pods run and that the "
+                       "model pods' NetworkPolicy admits the monitoring namespace on vLLM's port."},
+    "RoutingAffinityCostsLatency": {
+        "summary": "A pod of qwen-small queues requests while another pod of it idles",
+        "description": "Prefix affinity keeps sending one prefix's requests to a saturated pod. Lower the prefix "
+                       "weight, use the sticky recipe's load cap, or add replicas; predict --concurrency shows the "
+                       "trade-off."},
+    "RoutingHitRateHalved": {
+        "summary": "qwen-small's prefix-cache hit rate halved after its picker restarted",
+        "description": "The new picker configuration (or a restarted picker's empty index) lost prefix affinity. "
+                       "Compare predict's hit rates for the old and new weights; roll back the weights if the drop "
+                       "was not intended."},
+}
 RULE_LABELS = {"namespace": "inference", "model": MODEL.name, "severity": "warning"}
 
 
