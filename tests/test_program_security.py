@@ -210,10 +210,14 @@ def test_a_weight_toggle_with_tls_and_jwt_on_still_changes_only_the_pickers():
 #   <class>, gateway.istio.io/managed: istio.io-gateway-controller, sidecar.istio.io/inject: "false",
 #   service.istio.io/canonical-name: <Gateway>-<class>, service.istio.io/canonical-revision: latest;
 #   ports 15020, 15021, 15090 and the listeners'.
+# - body-based-routing chart, config/charts/body-based-routing/templates/bbr.yaml and values.yaml@v1.5.0
+#   (gateway-api-inference-extension): pod labels app: <bbr.name>; container ports 9004 (bbr.port, the
+#   ext_proc gRPC the Istio gateway's EnvoyFilter calls) and 9005 (bbr.healthCheckPort).
 # - HyperPod (AWS's inference-gateway documentation): picker pods in the gateway's namespace with
 #   app=<scheduler>-epp, on the endpoint picker's default ports; Envoy and BBR in
 #   hyperpod-inference-system, labels not documented.
 EPP_PORTS = {9002, 9003, 9090}
+BBR_PORTS = {9004, 9005}
 HYPERPOD_SYSTEM = "hyperpod-inference-system"
 
 
@@ -229,6 +233,10 @@ def rendered_pods(run):
         if chart["chart"] == "oci://ghcr.io/llm-d/charts/llm-d-router-gateway" and chart["version"] == "v0.10.0":
             labels = {"llm-d-router-gateway": f"{chart['name'][:40]}-epp", "llm-d.ai/igw-mode": "llm-d-router-gateway"}
             pods.append((chart["namespace"], labels, EPP_PORTS, f"llm-d router {chart['name']}"))
+        body_based = "oci://registry.k8s.io/gateway-api-inference-extension/charts/body-based-routing"
+        if chart["chart"] == body_based and chart["version"] == "v1.5.0":
+            pods.append((chart["namespace"], {"app": chart["values"]["bbr"]["name"]}, BBR_PORTS,
+                         f"body-based router {chart['name']}"))
     for gateway in objects(run, "Gateway"):
         name, klass = gateway["metadata"]["name"], gateway["spec"]["gatewayClassName"]
         labels = {"sidecar.istio.io/inject": "false", "service.istio.io/canonical-name": f"{name}-{klass}",
@@ -284,13 +292,14 @@ def selector_problems(run, policies, monitoring="monitoring") -> list[str]:
 def test_every_policy_selector_matches_pods_the_stack_renders(stack):
     run = stack_run(stack)
     policies = objects(run, "NetworkPolicy")
-    assert len(policies) == 2 * len(run.outputs["podSelectors"])
+    assert len(policies) == 2 * len(run.outputs["podSelectors"]) + (stack == "eks")
     assert selector_problems(run, policies) == []
     # Every model pod and every picker pod is under a policy: none is left open.
     pods = rendered_pods(run)
     covered = {id(pod) for policy in policies for pod in
                selected(pods, policy["metadata"]["namespace"], policy["spec"]["podSelector"]["matchLabels"])}
     guarded = [pod[3] for pod in pods if "vllm" in pod[3] or "picker" in pod[3] or "router" in pod[3]]
+    assert stack != "eks" or any("body-based router" in what for what in guarded)
     assert guarded and all(id(pod) in covered for pod in pods if pod[3] in guarded)
 
 
@@ -331,6 +340,21 @@ def test_model_pods_admit_only_the_gateway_their_pickers_and_monitoring(stack, g
         {"from": [gateway_peer], "ports": [{"protocol": "TCP", "port": 9002}]},
         {"from": [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}}],
          "ports": [{"protocol": "TCP", "port": 9090}]}]
+
+
+def test_body_based_routing_pods_admit_only_the_gateway_on_their_grpc_port():
+    run = stack_run("eks")
+    policy = run.kubernetes_object("NetworkPolicy", "inference-gateway-bbr-ingress")
+    assert policy["metadata"]["namespace"] == "inference"
+    assert policy["spec"] == {
+        "podSelector": {"matchLabels": {"app": "inference-gateway-bbr"}}, "policyTypes": ["Ingress"],
+        "ingress": [{"from": [{"podSelector": {"matchLabels": {
+            "gateway.networking.k8s.io/gateway-name": "inference-gateway"}}}],
+            "ports": [{"protocol": "TCP", "port": 9004}]}]}
+    # With one model there is no body-based router, and no policy for one.
+    config, secrets = from_stack_file("eks")
+    one_model = stack_run("eks", models=json.dumps(config["models"][:1]))
+    assert not [p for p in objects(one_model, "NetworkPolicy") if p["metadata"]["name"].endswith("-bbr-ingress")]
 
 
 def test_api_server_cidrs_admit_the_pod_proxy_to_vllm_only():
