@@ -9,6 +9,7 @@ from pathlib import Path
 
 import jsonschema
 import pytest
+import yaml
 
 from components.cert_manager import render as cert_manager
 from components.gateway_api import render as gateway_api
@@ -134,6 +135,49 @@ def test_tls_auto_on_eks_issues_the_gateways_certificate_from_the_stacks_private
                                                        "jsonpath='https://")
     assert run.outputs["gatewayCaCommand"] == ("kubectl get secret inference-gateway-tls -n inference "
                                                "-o jsonpath='{.data.ca\\.crt}' | base64 -d")
+
+
+STARTUP_CHECK_RENDERED = Path(__file__).parent / "fixtures" / "cert-manager-startupapicheck.yaml"
+# What Helm adds to what it manages; the stack's own objects are not Helm's.
+HELM_ONLY_LABELS = ("app.kubernetes.io/managed-by", "helm.sh/chart")
+
+
+def test_the_issuers_wait_for_cert_managers_startup_check_which_pulumi_awaits():
+    run = stack_run("eks")
+    (check,) = [r for r in run.of_type("kubernetes:batch/v1:Job") if r.name == "gateway-api-ca-startup-check"]
+    # The check starts once cert-manager's chart is up and it may create what it tests with.
+    assert {"gateway-api-ca-cert-manager", "gateway-api-ca-startup-check"} <= dependency_names(run, check)
+    assert sorted(r.type for r in run.resources if r.name == "gateway-api-ca-startup-check") == [
+        "kubernetes:batch/v1:Job", "kubernetes:core/v1:ServiceAccount", "kubernetes:rbac.authorization.k8s.io/v1:Role",
+        "kubernetes:rbac.authorization.k8s.io/v1:RoleBinding"]
+    for issuer in ("gateway-api-ca-selfsigned", "gateway-api-ca-ca-certificate", "gateway-api-ca-ca"):
+        assert "gateway-api-ca-startup-check" in dependency_names(run, run.named(issuer)), issuer
+    # Awaited until it completes (pulumi-kubernetes' default for a Job; skipAwait would end that),
+    # and replaced by deleting first: a Job's template cannot change, and its name is fixed.
+    assert "pulumi.com/skipAwait" not in check.inputs["metadata"].get("annotations", {})
+    assert check.options["deleteBeforeReplace"] is True
+    # No NetworkPolicy of the stack's stands between the check, the API server and the webhook.
+    assert not [p for p in objects(run, "NetworkPolicy") if p["metadata"]["namespace"] == "cert-manager"]
+
+
+def test_the_startup_check_is_the_charts_own_as_helm_renders_it_at_the_pin():
+    values, *rendered = yaml.safe_load_all(STARTUP_CHECK_RENDERED.read_text())
+    # Rendered from the chart at the version the stack installs, with the values it passes.
+    assert rendered[-1]["spec"]["template"]["spec"]["containers"][0]["image"].endswith(f":{CERT_MANAGER_VERSION}")
+    assert values == {**cert_manager.chart_values(), "startupapicheck": {"enabled": True,
+                                                                          "resources": cert_manager.RESOURCES}}
+    run = stack_run("eks")
+    ours = {(o["kind"], o["metadata"]["name"]): o for o in (r.inputs for r in run.resources)
+            if o.get("metadata", {}).get("namespace") == "cert-manager" and "startupapicheck" in o["metadata"]["name"]}
+    for chart_object in rendered:
+        key = (chart_object["kind"], chart_object["metadata"]["name"])
+        assert key in ours, key
+        expected = json.loads(json.dumps(chart_object))
+        for metadata in (expected["metadata"], expected.get("spec", {}).get("template", {}).get("metadata", {})):
+            metadata.pop("annotations", None)  # Helm's hook annotations: the stack orders the Job itself
+            for label in HELM_ONLY_LABELS:
+                metadata.get("labels", {}).pop(label, None)
+        assert as_kubernetes_json(ours[key]) == as_kubernetes_json(expected), key
 
 
 def test_an_acm_certificate_on_eks_is_terminated_at_the_nlb_and_needs_no_cert_manager():
