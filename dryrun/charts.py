@@ -24,8 +24,9 @@ import yaml
 from pulumi.errors import RunError
 
 from settings import SettingsError
+from settings.entry_point import exit_with
 
-from .runner import ROOT, UsageError, one_line, run_program, stack_config, stack_path
+from .runner import ROOT, UsageError, problem_text, run_program, stack_config, stack_path
 
 CHART_TYPE = "kubernetes:helm.sh/v4:Chart"
 
@@ -75,7 +76,7 @@ def declared_charts(stack: str, stacks_dir: Path | None = None) -> list[ChartRel
         config, secrets = stack_config(stack, stacks_dir)
         run = run_program(config, stack=stack, secret_keys=secrets)
     except (SettingsError, RunError) as error:
-        raise UsageError(f"stack {stack}: {one_line(str(error))}") from None
+        raise UsageError(f"stack {stack}: {problem_text(str(error))}") from None
     return [ChartRelease.of(resource.name, resource.inputs) for resource in run.of_type(CHART_TYPE)]
 
 
@@ -152,4 +153,4 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_with(main)

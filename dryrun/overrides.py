@@ -1,9 +1,11 @@
-"""`--set KEY=VALUE`: one config change, stored as `pulumi config set` would store it.
+"""`--set KEY=VALUE` and `--unset KEY`: one config change, stored as `pulumi config set` would
+store it, or removed as `pulumi config rm` would remove it.
 
 A key under a top-level entry the stack file holds as an object or list (`hyperpod.dependenciesChart`
 on dev), or one that indexes a list (`models[1].replicas`), is set inside that entry, as
 `pulumi config set --path` would: true/false become booleans, integers numbers, the rest strings.
 Any other key is a flat key (`weights.prefix`) whose value is the string given, JSON for an object.
+`--unset` takes the same keys, and refuses one the config does not hold.
 """
 
 from __future__ import annotations
@@ -12,6 +14,8 @@ import json
 import re
 from dataclasses import dataclass
 from typing import Any
+
+from settings.reader import did_you_mean
 
 from .runner import PROJECT
 
@@ -26,10 +30,12 @@ class OverrideError(ValueError):
 @dataclass(frozen=True)
 class Override:
     key: str
-    value: str
+    # None removes the key.
+    value: str | None
 
     def __str__(self) -> str:
-        return f"{self.key}={self.value}"
+        """The option as given: `--set KEY=VALUE` or `--unset KEY`."""
+        return f"--unset {self.key}" if self.value is None else f"--set {self.key}={self.value}"
 
     @classmethod
     def parse(cls, text: str) -> Override:
@@ -38,6 +44,13 @@ class Override:
             raise OverrideError(f"--set {text}: write KEY=VALUE, e.g. --set weights.prefix=0 or "
                                 "--set 'models[1].replicas=2'")
         return cls(key.strip(), value)
+
+    @classmethod
+    def removal(cls, text: str) -> Override:
+        if not text.strip() or "=" in text:
+            raise OverrideError(f"--unset {text}: write the KEY alone, e.g. --unset weights.prefix or "
+                                "--unset 'models[1].replicas'")
+        return cls(text.strip(), None)
 
     @property
     def namespaced(self) -> str:
@@ -50,8 +63,8 @@ class Override:
         while position < len(name):
             match = SEGMENT.match(name, position)
             if match is None or (position == 0 and match.group(0).startswith(".")):
-                raise OverrideError(f"--set {self}: {name!r} is not a config key or path; write names joined by dots "
-                                    "and list indexes in brackets, e.g. --set 'models[1].replicas=2'")
+                raise OverrideError(f"{self}: {name!r} is not a config key or path; write names joined by dots "
+                                    "and list indexes in brackets, e.g. 'models[1].replicas'")
             segments.append(match.group(1) if match.group(1) is not None else int(match.group(2)))
             position = match.end()
         return segments
@@ -67,7 +80,18 @@ def apply_overrides(config: dict[str, str], secret_keys: list[str],
         top = f"{namespace}:{path[0]}"
         structured = _decoded(config.get(top))
         indexes_a_list = any(isinstance(segment, int) for segment in path)
-        if len(path) > 1 and (isinstance(structured, (dict, list)) or indexes_a_list):
+        inside = len(path) > 1 and (isinstance(structured, (dict, list)) or indexes_a_list)
+        if override.value is None:
+            if inside and structured is not None:
+                config[top] = json.dumps(_unset_inside(override, structured, path))
+                changed = top
+            elif not inside and override.namespaced in config:
+                del config[override.namespaced]
+                changed = override.namespaced
+            else:
+                held = [key.split(":", 1)[1] for key in config if key.startswith(f"{namespace}:")]
+                raise OverrideError(_not_held(override, path[0], held))
+        elif inside:
             root = structured if isinstance(structured, (dict, list)) else None
             config[top] = json.dumps(_set_inside(override, root, path[1:]))
             changed = top
@@ -77,6 +101,41 @@ def apply_overrides(config: dict[str, str], secret_keys: list[str],
         # A value set without --secret is stored in plain text, as `pulumi config set` would store it.
         secret_keys = [key for key in secret_keys if key != changed]
     return config, secret_keys
+
+
+def _unset_inside(override: Override, root: Any, path: list[str | int]) -> Any:
+    """`root` without the entry at path[1:] (a list entry goes, as `pulumi config rm --path` removes it)."""
+    parent, where = root, path[0]
+    for segment in path[1:-1]:
+        parent, where = _entry(override, parent, segment, where), f"{where}{_shown(segment)}"
+    last = path[-1]
+    _entry(override, parent, last, where)
+    del parent[last]
+    return root
+
+
+def _entry(override: Override, parent: Any, segment: str | int, where: str) -> Any:
+    """parent[segment], or OverrideError saying what `where` holds instead."""
+    if isinstance(parent, list) and isinstance(segment, int) and segment < len(parent):
+        return parent[segment]
+    if isinstance(parent, dict) and segment in parent:
+        return parent[segment]
+    if isinstance(parent, list):
+        raise OverrideError(f"{override}: {where} is a list of {len(parent)} entries; there is no "
+                            f"{where}{_shown(segment)} to remove")
+    if isinstance(parent, dict):
+        raise OverrideError(_not_held(override, segment, list(parent), where))
+    raise OverrideError(f"{override}: {where} is a single value, with nothing inside to remove")
+
+
+def _not_held(override: Override, name: str | int, held: list[str], where: str = "") -> str:
+    inside = f"{where} holds" if where else "The stack's config holds"
+    return (f"{override}: the stack does not set {override.key}, so there is nothing to remove.{did_you_mean(str(name), held)} "
+            f"{inside} {', '.join(sorted(held)) or 'nothing'}")
+
+
+def _shown(segment: str | int) -> str:
+    return f"[{segment}]" if isinstance(segment, int) else f".{segment}"
 
 
 def _decoded(value: str | None) -> Any:
@@ -94,9 +153,9 @@ def _set_inside(override: Override, root: Any, path: list[str | int]) -> Any:
     for segment, following in zip(path, [*path[1:], None]):
         if isinstance(segment, int) != isinstance(parent, list):
             what = "a list; index it, e.g. [0]" if isinstance(parent, list) else "an object; name one of its fields"
-            raise OverrideError(f"--set {override}: where {segment!r} is, the config holds {what}")
+            raise OverrideError(f"{override}: where {segment!r} is, the config holds {what}")
         if isinstance(segment, int) and segment > len(parent):
-            raise OverrideError(f"--set {override}: index {segment} is past the end of a list of {len(parent)} "
+            raise OverrideError(f"{override}: index {segment} is past the end of a list of {len(parent)} "
                                 f"entries (the next one is [{len(parent)}])")
         current = parent[segment] if isinstance(segment, int) and segment < len(parent) else (
             parent.get(segment) if isinstance(parent, dict) else None)

@@ -14,6 +14,7 @@ import pulumi
 import yaml
 
 from settings import NAMESPACE, read_stack_config, stack_file
+from settings.errors import problem_lines
 
 from .mocks import CloudMocks, Registered
 
@@ -23,13 +24,14 @@ PROJECT = NAMESPACE
 
 
 class UsageError(ValueError):
-    """A user mistake (stack, --set, or config the program refuses); the message is one line."""
+    """A user mistake (stack, --set, or config the program refuses); the message is one line per problem."""
 
 
-def one_line(message: str) -> str:
-    """A multi-line settings error (a header, then `  - problem` lines) as one line."""
+def problem_text(message: str) -> str:
+    """A settings error (a header, then `  - problem` lines) as the dry run prints it: one line per
+    problem, a lone one on the header's line."""
     head, *problems = message.strip().splitlines()
-    return " ".join([head, "; ".join(p.strip().removeprefix("- ") for p in problems)]).strip()
+    return problem_lines(head, [problem.strip().removeprefix("- ") for problem in problems])
 
 
 def stack_path(stack: str, stacks_dir: Path | None) -> Path:

@@ -7,11 +7,11 @@ Try `./demo.sh` first (it sets up the venvs, then runs `demo`); `COMMAND --help`
 from __future__ import annotations
 
 import argparse
-import sys
 
 from routing.lab import demo, servers
 from routing.live import calibrate, serve, verify
 from routing.simulation import predict
+from settings.entry_point import exit_with
 
 COMMANDS = (predict, verify, serve, calibrate, demo, servers)
 
@@ -32,4 +32,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_with(main)

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from settings import ModelSettings, Settings, SettingsError, load_stack, parse_weight_overrides
+from settings.errors import problem_lines
 from settings.model import ROUTING_RECIPES
 from settings.picker import endpoint_picker_config
 from settings.picker_config import STICKY_PARAMETERS
@@ -119,7 +120,9 @@ def weights_option(text: str) -> dict[str, int]:
     try:
         return parse_weight_overrides(text, key="--weights")
     except SettingsError as error:
-        raise argparse.ArgumentTypeError("; ".join(map(str, error.problems))) from None
+        several = len(error.problems) > 1
+        raise argparse.ArgumentTypeError(problem_lines(f"{len(error.problems)} problems:" if several else "",
+                                                       error.problems)) from None
 
 
 def routing_option(text: str) -> tuple[str, dict[str, int | float]]:

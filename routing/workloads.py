@@ -18,6 +18,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 from routing.picker.endpoint_picker import SURROGATE_FIX, Request, lone_surrogate
 from settings import SettingsError, parse_weight_overrides
+from settings.errors import problem_lines
 
 SEED_MODEL = "Qwen/Qwen2.5-0.5B-Instruct"
 SEED_REQUESTS = 12
@@ -281,6 +282,6 @@ def load_weight_changes(name_or_path: str) -> tuple[WeightChange, ...]:
             checked = parse_weight_overrides(",".join(f"{name}={weight}" for name, weight in weights.items()),
                                              key='"weights"')
         except SettingsError as error:
-            raise WorkloadError(f"{where}: " + "; ".join(map(str, error.problems))) from None
+            raise WorkloadError(problem_lines(f"{where}:", error.problems)) from None
         changes.append(WeightChange(float(at), checked, number))
     return tuple(sorted(changes, key=lambda change: change.at))

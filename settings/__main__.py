@@ -3,6 +3,7 @@ commit, where `hyperpod.dependenciesChart` expects it (the PR workflow runs the 
 
 import sys
 
+from .entry_point import exit_with
 from .hyperpod import clone_dependencies_chart
 from .model import HyperPodSettings, default_of
 
@@ -22,4 +23,4 @@ def main(argv: list[str]) -> int:
     return 0
 
 
-sys.exit(main(sys.argv[1:]))
+exit_with(lambda: main(sys.argv[1:]))

@@ -21,6 +21,9 @@ ROUTER_RELEASE_CHARACTERS = 40
 # AWS's workshop shows them, leave unchanged.
 PICKER_GRPC_PORT = 9002
 PICKER_METRICS_PORT = 9090
+# The body-based router's gRPC (ext_proc) port, where the gateway's Envoy sends it each request
+# (BBR's --grpc-port default and its chart's bbr.port, body-based-routing chart values.yaml@v1.5.0).
+BBR_GRPC_PORT = 9004
 
 
 @dataclass(frozen=True)
@@ -50,6 +53,16 @@ def gateway_pods(settings: Settings) -> Pods:
     if settings.gateway.implementation == "llm-d":
         return Pods(settings.namespace, {GATEWAY_API_NAME_LABEL: settings.gateway.name})
     return Pods(GATEWAY_SYSTEM_NAMESPACE, None)
+
+
+def bbr_name(settings: Settings) -> str:
+    """The body-based router's name on llm-d: its chart's release and `bbr.name`, which the chart
+    gives its Deployment, Service and pods' `app` label (templates/bbr.yaml@v1.5.0)."""
+    return f"{settings.gateway.name}-bbr"
+
+
+def bbr_pods(settings: Settings) -> Pods:
+    return Pods(settings.namespace, {"app": bbr_name(settings)})
 
 
 def gateway_scheme(settings: Settings) -> str:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 NAMESPACE = "inference-gateway"
@@ -40,6 +41,13 @@ NOT_SET = _Shown("(not set)")
 NO_VALUE = _Shown("")
 # Shown instead of the value of a key stored as a secret: error messages reach logs and PR comments.
 HIDDEN = _Shown("<secret>")
+
+
+def problem_lines(lead: str, problems: Sequence[object]) -> str:
+    """`lead` and its problems as printed, one line per problem: a lone problem on the lead's line."""
+    if len(problems) == 1:
+        return f"{lead} {problems[0]}".strip()
+    return "\n".join([lead, *(f"  - {problem}" for problem in problems)])
 
 
 class SettingsError(ValueError):

@@ -30,6 +30,7 @@ from .model import (
     frozen_mapping,
 )
 from .reader import MISSING, Coerce, ConfigNode, Problems, decode_json
+from .instance_types import unknown_type_message
 from .sagemaker_limits import StringShape, create_cluster_limits
 
 HYPERPOD_KEYS = ("name", "existing", "arn", "instanceGroups", "nodeRecovery", "dependenciesChart")
@@ -89,10 +90,13 @@ class HyperPodParser:
         self.problems = problems
         self.coerce = coerce
 
-    def settings(self, node: ConfigNode, cluster: ClusterSettings) -> HyperPodSettings:
+    def settings(self, node: ConfigNode, cluster: ClusterSettings) -> HyperPodSettings | None:
+        """None when hyperpod.existing is refused: which keys apply depends on it."""
         node.reject_unknown(HYPERPOD_KEYS)
         c = self.coerce
-        existing = node.leaf("existing", c.boolean, default_of(HyperPodSettings, "existing")) is True
+        existing = node.leaf("existing", c.boolean, default_of(HyperPodSettings, "existing"))
+        if existing is MISSING:
+            return None
         name = node.leaf("name", c.string(_cluster_name_message), MISSING)
         if existing != cluster.existing:
             self.problems.add("hyperpod.existing" if existing else "cluster.existing", True,
@@ -125,7 +129,7 @@ class HyperPodParser:
                 self.problems.add(f"hyperpod.{required}", NOT_SET,
                                   f"is required with hyperpod.existing: {what} (`pulumi config set hyperpod.{required} ...`).")
         for only_new in sorted(node.names() & {"instanceGroups", "nodeRecovery", "dependenciesChart"}):
-            self.problems.add(f"hyperpod.{only_new}", node.structured.get(only_new, node.flat.get(only_new)),
+            self.problems.add(f"hyperpod.{only_new}", node.given(only_new),
                               "applies only to a HyperPod cluster this stack creates; an existing one is used as it is. "
                               f"Remove it (`pulumi config rm --path hyperpod.{only_new}`).")
         return HyperPodSettings(name=name if isinstance(name, str) else "", existing=True,
@@ -424,22 +428,10 @@ def _ml_instance_type_message(value: str) -> str | None:
     if not value.startswith("ml."):
         return (f"is not a SageMaker instance type: HyperPod takes only ml.* types, e.g. ml.{value} "
                 "(and the 'ml.<type> for cluster usage' service quota must allow it).")
-    limits = create_cluster_limits()
-    if value in limits.instance_types:
+    known = create_cluster_limits().instance_types
+    if value in known:
         return None
-    family = value.rpartition(".")[0]
-    sizes = sorted((t for t in limits.instance_types if t.rpartition(".")[0] == family), key=_by_size)
-    offered = (f"{family} comes in {', '.join(sizes)}" if sizes else
-               f"its families are {', '.join(sorted({t.rpartition('.')[0] for t in limits.instance_types}))}")
-    return (f"is not an instance type HyperPod's CreateCluster takes: {offered}. (These are the types botocore "
-            f"{limits.botocore_version}'s SageMaker model lists; for one AWS added since, raise the botocore pin "
-            "in requirements.txt.)")
-
-
-def _by_size(instance_type: str) -> tuple[int, str]:
-    size = instance_type.rpartition(".")[2]
-    multiple = size.partition("x")[0]
-    return (int(multiple) if multiple.isdigit() else {"medium": -1, "large": 0}.get(size, 1)), instance_type
+    return unknown_type_message(value, known, "an instance type HyperPod's CreateCluster takes", "SageMaker")
 
 
 def _kubernetes_key_message(what: str, key: str, shape: StringShape) -> str | None:

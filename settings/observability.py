@@ -13,6 +13,7 @@ from typing import Any, Mapping
 from .errors import HIDDEN, NOT_SET
 from .model import (AMP_WORKSPACE_ARN, DEFAULT_POLLING_SECONDS, DEFAULT_SCALE_DOWN_SECONDS, AutoscalingSettings,
                     ClusterSettings, ModelSettings, ObservabilitySettings, RemoteWriteSettings, default_of)
+from .kubernetes_names import subdomain_message
 from .reader import MISSING, Coerce, ConfigNode, Problems
 
 OBSERVABILITY_KEYS = ("enabled", "scrapeInterval", "retention", "prometheusStorageGiB", "storageClass",
@@ -38,7 +39,6 @@ PROMETHEUS_DURATION = re.compile(r"^(?P<number>[0-9]+)(?P<unit>s|m|h|d)$")
 SECONDS_PER = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 # A Grafana admin password shorter than this is refused: it guards every dashboard and datasource.
 MIN_PASSWORD = 12
-STORAGE_CLASS = re.compile(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
 
 
 def model_selector(namespace: str, model: ModelSettings) -> str:
@@ -101,7 +101,7 @@ class ObservabilityParser:
             scrape_interval_seconds=leaf("scrapeInterval", "scrape_interval_seconds", self._interval),
             retention_days=leaf("retention", "retention_days", self._retention),
             prometheus_storage_gib=leaf("prometheusStorageGiB", "prometheus_storage_gib", storage_gib),
-            storage_class=leaf("storageClass", "storage_class", c.string(_storage_class_message)),
+            storage_class=leaf("storageClass", "storage_class", c.string(lambda name: subdomain_message(name, "a StorageClass name"))),
             grafana_password_given=self._password(node, secret_keys),
             remote_write=(None if not isinstance(remote_write, str)
                           else RemoteWriteSettings(None if remote_write == "create" else remote_write)))
@@ -193,12 +193,6 @@ class ObservabilityParser:
                                                 "requests per pod, e.g. 2.")(key, value)
 
         return coerce
-
-
-def _storage_class_message(value: str) -> str | None:
-    if len(value) > 253 or not STORAGE_CLASS.match(value):
-        return "must be a StorageClass name: lower-case letters, digits, '-' and '.'."
-    return None
 
 
 def _remote_write_message(value: str) -> str | None:

@@ -16,6 +16,8 @@ from settings.picker_config import (STICKY_PARAMETERS, PickerConfigError, load_e
                                     render_sticky_picker_config)
 
 from .errors import HIDDEN, NO_VALUE, NOT_SET, SettingsError
+from .instance_types import ec2_instance_type_message
+from .kubernetes_names import subdomain_message
 from .hyperpod import HyperPodParser, capacity_problems, hyperpod_warnings, parse_platform, picker_replica_warnings
 from .model import (DEFAULT_IMPLEMENTATION, DEFAULT_NAMESPACE, DEFAULT_VLLM_IMAGE, DEPENDENCY_ADDON_MINIMUMS,
                     MODELLED_VLLM_VERSION,
@@ -82,7 +84,6 @@ MANAGED_VLLM_FLAGS = ("--model", "--port", "--host", "--served-model-name", "--e
 DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 # Service names must start with a letter (RFC 1035).
 DNS_1035_LABEL = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
-DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 KUBERNETES_QUANTITY = re.compile(r"^[0-9]+(\.[0-9]+)?(m|k|M|G|T|P|Ki|Mi|Gi|Ti|Pi)?$")
 # Gateway API Duration (GEP-2257).
 GATEWAY_DURATION = re.compile(r"^([0-9]{1,5}(h|m|s|ms)){1,4}$")
@@ -93,7 +94,6 @@ ADDON_VERSION = re.compile(r"^v[0-9]+\.[0-9]+\.[0-9]+-eksbuild\.[0-9]+$")
 VLLM_IMAGE = re.compile(r"^(?P<repo>(?:[a-z0-9.-]+(?::[0-9]+)?/)?(?:[a-z0-9._-]+/)*vllm-openai):v?(?P<version>[0-9]+\.[0-9]+\.[0-9]+)(?P<suffix>[-+.a-z0-9]*)$")
 SUBNET_ID = re.compile(r"^subnet-[0-9a-f]{8,17}$")
 VPC_ID = re.compile(r"^vpc-[0-9a-f]{8,17}$")
-INSTANCE_TYPE = re.compile(r"^[a-z][a-z0-9-]*\.[a-z0-9]+$")
 
 # GPUs per instance for common GPU instance types, to warn when the node group cannot hold
 # the replicas asked for. Unknown types are not checked.
@@ -117,7 +117,7 @@ def parse_settings(raw: Mapping[str, Any], *, stack: str, secret_keys: frozenset
     parser = _Parser(problems, project_dir)
     top = ConfigNode("", _structured_top(raw), _flat_top(raw), problems)
     settings = parser.settings(top, stack=stack, secret_keys=secret_keys)
-    if problems.items:
+    if settings is None or problems.items:
         raise SettingsError(problems.items)
     return settings
 
@@ -168,17 +168,23 @@ class _Parser:
 
     # -- top level -------------------------------------------------------------------------
 
-    def settings(self, top: ConfigNode, *, stack: str, secret_keys: frozenset[str]) -> Settings:
+    def settings(self, top: ConfigNode, *, stack: str, secret_keys: frozenset[str]) -> Settings | None:
         unknown = top.names() - set(TOP_LEVEL_KEYS)
         for name in sorted(unknown):
-            self.problems.add(name, top.structured.get(name, NOT_SET),
-                              f"is not a key of this project.{did_you_mean(name, TOP_LEVEL_KEYS)} "
-                              f"Valid keys: {', '.join(TOP_LEVEL_KEYS)}. Remove it with `pulumi config rm {name}`.")
+            for key, value in top.set_under(name):
+                self.problems.add(key, value, f"is not a key of this project.{did_you_mean(name, TOP_LEVEL_KEYS)} "
+                                              f"Valid keys: {', '.join(TOP_LEVEL_KEYS)}. Remove it with "
+                                              f"`pulumi config rm {key}`.")
         platform = parse_platform(top, self.coerce)
         namespace = top.leaf("namespace", self.coerce.string(_dns_label_message), DEFAULT_NAMESPACE)
         weights = self.weights(top.child("weights"))
         routing = self.routing(top, "routing")
+        if platform is MISSING:
+            # Every check below depends on the platform; with a refused one they would only guess.
+            return None
         cluster = self.cluster(top.child("cluster"), stack, platform)
+        if cluster is None:
+            return None
         hyperpod, gpu_nodes = None, None
         if platform == "hyperpod":
             self._only_on("eks", platform, top, "gpuNodes", "GPUs come from hyperpod.instanceGroups")
@@ -199,7 +205,9 @@ class _Parser:
         observability = ObservabilityParser(self.problems, self.coerce).settings(
             top.child("observability"), namespace=gateway.network_policy.monitoring_namespace, models_namespace=namespace,
             secret_keys=secret_keys)
-        self.autoscaling_rules(models, observability, gateway, top.child("gateway"))
+        self.autoscaling_rules(models, observability)
+        if self.problems.items:
+            return None
         warnings = list(self.warnings(gateway, models, gpu_nodes))
         warnings += security_warnings(gateway, cluster)
         warnings += observability_warnings(observability, cluster)
@@ -211,28 +219,20 @@ class _Parser:
                         gpu_nodes=gpu_nodes, platform=platform, hyperpod=hyperpod, hf_token=hf_token,
                         observability=observability, warnings=tuple(warnings))
 
-    def autoscaling_rules(self, models: tuple[ModelSettings, ...], observability: ObservabilitySettings,
-                          gateway: GatewaySettings, gateway_node: ConfigNode) -> None:
-        """What a model's scaler needs: the stack's Prometheus to query, and KEDA to run it."""
-        scaled = [(index, model) for index, model in enumerate(models) if model.autoscaling is not None]
-        if not scaled:
+    def autoscaling_rules(self, models: tuple[ModelSettings, ...], observability: ObservabilitySettings) -> None:
+        """What a model's scaler needs: the stack's Prometheus to query (KEDA to run it: `gateway`)."""
+        if observability.enabled:
             return
-        if not observability.enabled:
-            for index, _ in scaled:
+        for index, model in enumerate(models):
+            if model.autoscaling is not None:
                 self.problems.add(f"models[{index}].autoscaling", NO_VALUE,
                                   "queries the stack's Prometheus, and observability.enabled is false. Remove "
                                   "observability.enabled, or remove the autoscaling block.")
-        if gateway.implementation == "hyperpod" and gateway.install_addon and not gateway.keda:
-            self.problems.add("gateway.keda", gateway_node.raw("keda"),
-                              f"is false, and models[{scaled[0][0]}].autoscaling needs KEDA, which on HyperPod comes "
-                              "from the inference add-on's own option. Remove gateway.keda (it is on when a model "
-                              "autoscales), or remove the autoscaling block.")
 
     def _only_on(self, wanted: str, platform: str, node: ConfigNode, name: str, why: str) -> None:
         if name in node.names():
             key = node.child_key(name)
-            flat = {k: v for k, v in node.flat.items() if k == name or k.startswith(name + ".")}
-            self.problems.add(key, node.structured.get(name, flat),
+            self.problems.add(key, node.given(name),
                               f"applies only to platform {wanted}; on platform {platform} {why}. Remove it "
                               f"(`pulumi config rm --path {key}`) or set `pulumi config set platform {wanted}`.")
 
@@ -251,8 +251,9 @@ class _Parser:
 
     def weights(self, node: ConfigNode) -> dict[str, int]:
         for name in sorted(node.names() - set(WEIGHT_NAMES)):
-            self.problems.add(node.child_key(name), node.structured.get(name, node.flat.get(name, NOT_SET)),
-                              f"is not a scorer weight.{did_you_mean(name, WEIGHT_NAMES)} Valid weights: {', '.join(WEIGHT_NAMES)}.")
+            for key, value in node.set_under(name):
+                self.problems.add(key, value, f"is not a scorer weight.{did_you_mean(name, WEIGHT_NAMES)} Valid "
+                                              f"weights: {', '.join(WEIGHT_NAMES)}.")
         weight = self.coerce.integer(minimum=0, maximum=MAX_WEIGHT, hint=WEIGHT_HINT)
         weights = {}
         for name in WEIGHT_NAMES:
@@ -460,7 +461,7 @@ class _Parser:
                                  weights: dict[str, int], config_map: PickerConfigMap | None,
                                  picker_replicas: Any) -> None:
         """What gateway.implementation llm-d cannot run: it deploys the llm-d router and nothing else."""
-        if "scheduler" in entry and scheduler != "llm-d":
+        if "scheduler" in entry and scheduler not in ("llm-d", MISSING):
             self.problems.add(f"{key}.scheduler", scheduler,
                               "chooses between HyperPod's two pickers; gateway.implementation llm-d always runs the "
                               "llm-d router. Remove the key.")
@@ -484,7 +485,7 @@ class _Parser:
     def picker_config_map(self, model: ConfigNode) -> PickerConfigMap | None:
         node = model.child("pickerConfigMap")
         node.reject_unknown(("name", "key", "file"))
-        name = node.leaf("name", self.coerce.string(_subdomain_message), MISSING)
+        name = node.leaf("name", self.coerce.string(subdomain_message), MISSING)
         if name is MISSING:
             if "name" not in node.structured:
                 self.problems.add(node.child_key("name"), NOT_SET, "is required: the ConfigMap holding the picker configuration.")
@@ -522,7 +523,7 @@ class _Parser:
         name = node.leaf("name", c.string(_dns_label_message), default_of(GatewaySettings, "name"))
         if implementation == "llm-d":
             for hyperpod_only in sorted(node.names() & set(HYPERPOD_GATEWAY_KEYS)):
-                self.problems.add(f"gateway.{hyperpod_only}", node.structured.get(hyperpod_only, node.flat.get(hyperpod_only)),
+                self.problems.add(f"gateway.{hyperpod_only}", node.given(hyperpod_only),
                                   "configures the HyperPod Inference Gateway (its InferenceGatewayConfig or add-on), "
                                   "which gateway.implementation llm-d does not run. Remove it, or use platform hyperpod.")
         bbr_raw = node.leaf("bbr", self._bbr, "auto")
@@ -548,8 +549,8 @@ class _Parser:
         metrics = node.leaf("metrics", c.boolean, None)
         pod_defaults = self.pod_defaults(node) if "podDefaults" in node.names() else None
         install_addon = self.install_addon(node, cluster) if implementation == "hyperpod" else False
-        for addon_key in sorted(node.names() & set(ADDON_KEYS)) if not install_addon and implementation == "hyperpod" else ():
-            self.problems.add(f"gateway.{addon_key}", node.structured.get(addon_key, node.flat.get(addon_key)),
+        for addon_key in sorted(node.names() & set(ADDON_KEYS)) if install_addon is False and implementation == "hyperpod" else ():
+            self.problems.add(f"gateway.{addon_key}", node.given(addon_key),
                               "configures the HyperPod inference add-on, which this stack does not install here "
                               "(gateway.installAddon is false). Remove it, or set gateway.installAddon true.")
         addon_version = node.leaf("addonVersion", c.string(_addon_version_message),
@@ -562,7 +563,13 @@ class _Parser:
                                                   "(the Gateway terminates TLS with a certificate from the stack's "
                                                   "private CA), or remove gateway.loadBalancerController.")
         # On when a model autoscales: HyperPod's KEDA is the add-on's own option.
-        keda = node.leaf("keda", c.boolean, any(m.autoscaling is not None for m in models) and install_addon)
+        scaled = [index for index, model in enumerate(models) if model.autoscaling is not None]
+        keda = node.leaf("keda", c.boolean, bool(scaled) and install_addon is True)
+        if keda is False and scaled and install_addon is True:
+            self.problems.add("gateway.keda", False,
+                              f"is false, and models[{scaled[0]}].autoscaling needs KEDA, which on HyperPod comes "
+                              "from the inference add-on's own option. Remove gateway.keda (it is on when a model "
+                              "autoscales), or remove the autoscaling block.")
         gated = node.leaf("gatedModelAccess", c.boolean, default_of(GatewaySettings, "gated_model_access"))
         execution_role = node.leaf("executionRoleArn", c.string(_execution_role_message), None)
         dependency_versions = self.dependency_addon_versions(node.child("dependencyAddonVersions"))
@@ -624,10 +631,11 @@ class _Parser:
                               "`pulumi config set gateway.implementation hyperpod`.")
         return implementation if isinstance(implementation, str) else DEFAULT_IMPLEMENTATION[platform]
 
-    def install_addon(self, node: ConfigNode, cluster: ClusterSettings) -> bool:
-        install = node.leaf("installAddon", self.coerce.boolean, MISSING)
+    def install_addon(self, node: ConfigNode, cluster: ClusterSettings) -> Any:
+        """Whether the stack installs the inference add-on; MISSING when gateway.installAddon is refused."""
+        install = node.leaf("installAddon", self.coerce.boolean, None)
         if cluster.existing:
-            return install is True
+            return MISSING if install is MISSING else install is True
         if install is False:
             self.problems.add("gateway.installAddon", False,
                               "the stack creates this cluster, so it installs the inference add-on the gateway needs; "
@@ -704,20 +712,24 @@ class _Parser:
 
     # -- cluster and nodes -----------------------------------------------------------------
 
-    def cluster(self, node: ConfigNode, stack: str, platform: str) -> ClusterSettings:
+    def cluster(self, node: ConfigNode, stack: str, platform: str) -> ClusterSettings | None:
+        """None when cluster.existing is refused: whether the stack creates the cluster decides every
+        other check of the stack."""
         node.reject_unknown(CLUSTER_KEYS)
         if platform == "hyperpod":
             self._only_on("eks", platform, node, "systemNodes", "system pods run on a HyperPod instance group "
                                                                 "without GPUs (hyperpod.instanceGroups)")
         c = self.coerce
         existing = node.leaf("existing", c.boolean, default_of(ClusterSettings, "existing"))
+        if existing is MISSING:
+            return None
         name = node.leaf("name", c.string(_cluster_name_message), MISSING)
         if existing is True:
             if name is MISSING and "name" not in node.names():
                 self.problems.add("cluster.name", NOT_SET, "is required with cluster.existing: the name of the EKS "
                                                            "cluster to attach to (`pulumi config set cluster.name my-cluster`).")
             for only_new in sorted(node.names() & (set(CLUSTER_KEYS) - {"name", "existing"})):
-                self.problems.add(f"cluster.{only_new}", node.structured.get(only_new, node.flat.get(only_new)),
+                self.problems.add(f"cluster.{only_new}", node.given(only_new),
                                   "applies only to a cluster this stack creates; with cluster.existing the "
                                   f"cluster is used as it is. Remove it (`pulumi config rm --path cluster.{only_new}`).")
             return ClusterSettings(name=name if isinstance(name, str) else "", existing=True)
@@ -726,10 +738,10 @@ class _Parser:
         subnet = c.string(_pattern_message(SUBNET_ID, "a subnet id such as subnet-0123456789abcdef0"))
         private = node.leaf("privateSubnetIds", c.string_list(subnet, unique=True), ())
         public = node.leaf("publicSubnetIds", c.string_list(subnet, unique=True), ())
-        if vpc_id and len(private) < 2:
+        if isinstance(vpc_id, str) and isinstance(private, tuple) and len(private) < 2:
             self.problems.add("cluster.privateSubnetIds", list(private), "needs at least two private subnets in "
                                                                          "different availability zones when cluster.vpcId is set.")
-        if (private or public) and not vpc_id:
+        if any(isinstance(ids, tuple) and ids for ids in (private, public)) and vpc_id is None:
             self.problems.add("cluster.vpcId", NOT_SET, "is required when subnet ids are given; set the VPC they "
                                                         "belong to, or remove the subnets to get a dedicated VPC.")
         public_access = node.leaf("endpointPublicAccess", c.boolean, default_of(ClusterSettings, "endpoint_public_access"))
@@ -744,7 +756,7 @@ class _Parser:
         system_node = node.child("systemNodes")
         system_node.reject_unknown(NODE_GROUP_KEYS)
         system = SystemNodeSettings(
-            instance_types=system_node.leaf("instanceTypes", c.string_list(c.string(_instance_type_message), min_items=1),
+            instance_types=system_node.leaf("instanceTypes", c.string_list(c.string(ec2_instance_type_message), min_items=1),
                                             default_of(SystemNodeSettings, "instance_types")),
             size=self.node_group_size(system_node, default_of(SystemNodeSettings, "size")))
         return ClusterSettings(name=name if isinstance(name, str) else f"inference-{stack}", existing=False,
@@ -782,7 +794,7 @@ class _Parser:
                               "is configured through the NVIDIA device plugin this stack installs on AL2023 nodes; "
                               "Bottlerocket ships its own plugin. Use an AL2023 amiType or timeSlicing 1.")
         result = GpuNodeSettings(
-            instance_types=node.leaf("instanceTypes", c.string_list(c.string(_instance_type_message), min_items=1),
+            instance_types=node.leaf("instanceTypes", c.string_list(c.string(ec2_instance_type_message), min_items=1),
                                      default_of(GpuNodeSettings, "instance_types")),
             size=self.node_group_size(node, default_of(GpuNodeSettings, "size")),
             capacity_type=node.leaf("capacityType", c.choice(("ON_DEMAND", "SPOT")),
@@ -846,12 +858,6 @@ def _service_name_message(value: str) -> str | None:
     if len(value) > 63 or not DNS_1035_LABEL.match(value):
         return ("names the Deployment and Service, so it must be a DNS-1035 label of at most 63 characters: "
                 "lower-case letters, digits and '-', starting with a letter. Set models[].deployment explicitly.")
-    return None
-
-
-def _subdomain_message(value: str) -> str | None:
-    if len(value) > 253 or not DNS_SUBDOMAIN.match(value):
-        return "must be a Kubernetes object name: lower-case letters, digits, '-' and '.', at most 253 characters."
     return None
 
 
@@ -974,7 +980,6 @@ _duration_message = _pattern_message(
     GATEWAY_DURATION, "a Gateway API duration such as 300s, 5m or 1h30m; 0s turns the timeout off")
 _addon_version_message = _pattern_message(
     ADDON_VERSION, "an EKS add-on version such as v2.0.0-eksbuild.2 (the first with the inference gateway)")
-_instance_type_message = _pattern_message(INSTANCE_TYPE, "an EC2 instance type such as g5.xlarge")
 
 
 

@@ -20,6 +20,8 @@ from typing import Any, Mapping
 
 import yaml
 
+from .errors import problem_lines
+
 __all__ = [
     "API_VERSION", "DEPRECATED_API_VERSION", "KIND", "WEIGHT_PLUGIN_TYPES", "MODELLED_TYPES", "KNOWN_TYPES",
     "PickerConfigError", "Parameter", "PluginSpec", "ProfilePlugin", "SchedulingProfile", "EndpointPickerConfig",
@@ -989,7 +991,7 @@ def render_endpoint_picker_config(weights: Mapping[str, Any]) -> dict[str, Any]:
                             "online by the chart's router.latencyPredictor sidecars), which neither this stack nor "
                             "the routing model provides; set predictedLatency=0")
     if problems:
-        raise PickerConfigError("weights: " + "; ".join(problems))
+        raise PickerConfigError(problem_lines("weights:", problems))
     active = [(name, weights[name]) for name in _ALL_WEIGHT_NAMES if name in WEIGHT_PLUGIN_TYPES and weights.get(name)]
     types = [WEIGHT_PLUGIN_TYPES[name] for name, _ in active]
     plugins = [{"type": plugin_type} for plugin_type in types]
@@ -1023,9 +1025,9 @@ def render_sticky_picker_config(parameters: Mapping[str, Any]) -> dict[str, Any]
         for name in unknown:
             close = _closest(str(name), tuple(STICKY_PARAMETERS))
             problems.append(f"{name}={parameters[name]!r}: not a parameter of the sticky recipe"
-                            + (f" (did you mean {close}?)" if close else ""))
-        raise PickerConfigError(f"sticky recipe: {'; '.join(problems)}; its parameters are "
-                                f"{', '.join(STICKY_PARAMETERS)}, e.g. maxTTFTPenaltyMs=5000")
+                            + (f" (did you mean {close}?)" if close else "")
+                            + f"; its parameters are {', '.join(STICKY_PARAMETERS)}, e.g. maxTTFTPenaltyMs=5000")
+        raise PickerConfigError(problem_lines("sticky recipe:", problems))
     affinity_filter: dict[str, Any] = {"type": AFFINITY_FILTER}
     given = {name: parameters[name] for name in STICKY_PARAMETERS if name in parameters}
     if given:

@@ -87,6 +87,20 @@ class ConfigNode:
         """Field names set in either form."""
         return set(self.structured) | {k.split(".", 1)[0] for k in self.flat}
 
+    def set_under(self, name: str) -> list[tuple[str, Any]]:
+        """Each key the user set at or below `name`, with its value: the object's field, then each
+        flat key (`weight.prefix` is set below `weight`)."""
+        found = [(self.child_key(name), self.structured[name])] if name in self.structured else []
+        return found + [(self.child_key(key), value) for key, value in sorted(self.flat.items())
+                        if key == name or key.startswith(name + ".")]
+
+    def given(self, name: str) -> Any:
+        """What the user set at or below `name`, as one value to show in a problem."""
+        found = self.set_under(name)
+        if len(found) == 1 and found[0][0] == self.child_key(name):
+            return found[0][1]
+        return {key: value for key, value in found}
+
     def child_key(self, name: str) -> str:
         return f"{self.key}.{name}" if self.key else name
 
@@ -113,7 +127,9 @@ class ConfigNode:
         return self.structured.get(name, MISSING)
 
     def leaf(self, name: str, coerce: Callable[[str, Any], Any], default: Any = None) -> Any:
-        """One field's value: flat form, structured form, or default; both forms must agree."""
+        """One field's value: flat form, structured form, or default when it is not set; both forms
+        must agree. MISSING when it is set and refused: a stand-in would feed the checks that
+        follow a value the user never set."""
         key = self.child_key(name)
         self.reject_below(name)
         structured = self.structured.get(name, MISSING)
@@ -130,7 +146,7 @@ class ConfigNode:
             return from_flat
         if from_structured is not MISSING:
             return from_structured
-        return default
+        return default if flat is MISSING and structured is MISSING else MISSING
 
     def reject_below(self, name: str, what: str = "a single value, not an object") -> None:
         """Flat keys under a single value (`weights.prefix.x`) would otherwise be silently ignored."""
@@ -142,10 +158,9 @@ class ConfigNode:
     def reject_unknown(self, valid: Iterable[str]) -> None:
         valid = list(valid)
         for name in sorted(self.names() - set(valid)):
-            value = self.structured.get(name, self.flat.get(name, MISSING))
-            self.problems.add(self.child_key(name), NOT_SET if value is MISSING else value,
-                              f"is not a known key of {self.key}.{did_you_mean(name, valid)} "
-                              f"Valid keys: {', '.join(valid)}.")
+            for key, value in self.set_under(name):
+                self.problems.add(key, value, f"is not a known key of {self.key}.{did_you_mean(name, valid)} "
+                                              f"Valid keys: {', '.join(valid)}.")
 
 
 NAMESPACE_PREFIX = f"{NAMESPACE}:"

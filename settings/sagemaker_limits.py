@@ -1,11 +1,7 @@
 """What SageMaker's CreateCluster accepts in the fields this stack sends, read from the API's own
 service model: botocore ships it (the `sagemaker` service-2 model), so limits are never typed by
-hand, and raising the botocore pin (requirements.txt) brings AWS's newer instance types.
-
-The model is read from botocore's installed data only (no network, no AWS credentials, and no
-~/.aws/models, which could make one machine check other limits than another). It is read on
-first use rather than at import: botocore and the model take a third of a second to load, which
-`python -m routing` commands that never parse a HyperPod stack should not pay.
+hand, and raising the botocore pin (requirements.txt) brings AWS's newer instance types. How the
+model is read: settings/instance_types.py.
 """
 
 from __future__ import annotations
@@ -15,6 +11,8 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
+
+from .instance_types import botocore_version, service_shapes
 
 SERVICE = "sagemaker"
 
@@ -60,11 +58,7 @@ class CreateClusterLimits:
 
 @functools.cache
 def create_cluster_limits() -> CreateClusterLimits:
-    import botocore
-    from botocore.loaders import Loader
-
-    loader = Loader(extra_search_paths=[Loader.BUILTIN_DATA_PATH], include_default_search_paths=False)
-    shapes = loader.load_service_model(SERVICE, "service-2")["shapes"]
+    shapes = service_shapes(SERVICE)
 
     def shape(name: str) -> Mapping[str, Any]:
         return shapes[name]
@@ -84,7 +78,7 @@ def create_cluster_limits() -> CreateClusterLimits:
     taints = member("ClusterKubernetesConfig", "Taints")
     taint = taints["member"]["shape"]
     return CreateClusterLimits(
-        botocore_version=botocore.__version__,
+        botocore_version=botocore_version(),
         cluster_name=string(member("CreateClusterRequest", "ClusterName")),
         node_recovery=tuple(member("CreateClusterRequest", "NodeRecovery")["enum"]),
         group_name=string(member(group, "InstanceGroupName")),

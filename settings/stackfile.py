@@ -12,7 +12,7 @@ from typing import Any
 
 import yaml
 
-from .errors import NAMESPACE, NO_VALUE, Problem, SettingsError
+from .errors import NAMESPACE, NO_VALUE, Problem, SettingsError, problem_lines
 from .model import Settings
 from .parse import parse_settings
 
@@ -106,8 +106,5 @@ def load_stack(stack: str, stacks_dir: Path | None = None) -> Settings:
         return parse_settings(raw, stack=stack, secret_keys=secret_keys)
     except SettingsError as error:
         where = f"stack {stack!r} ({_shown_path(path)})"
-        if len(error.problems) == 1:
-            text = f"{where}: {error.problems[0]}"
-        else:
-            text = "\n".join([f"{where} has {len(error.problems)} problems:", *(f"  - {p}" for p in error.problems)])
-        raise StackFileError(list(error.problems), text) from None
+        lead = f"{where}:" if len(error.problems) == 1 else f"{where} has {len(error.problems)} problems:"
+        raise StackFileError(list(error.problems), problem_lines(lead, error.problems)) from None

@@ -110,6 +110,22 @@ def test_a_path_into_a_list_sets_one_models_field_as_pulumi_config_set_path_woul
     assert "+ warning: the models use all 4 GPUs" in out
 
 
+def test_unset_removes_a_key_so_a_model_on_a_shipped_stack_can_autoscale(capsys):
+    change = dry_run_json(capsys, "--stack", "eks", "--unset", "models[1].replicas",
+                          "--set", "models[1].autoscaling.minReplicas=2", "--set", "models[1].autoscaling.maxReplicas=3")
+    assert change["unset"] == ["models[1].replicas"]
+    added = [(c["type"], c["name"]) for c in change["added"]]
+    assert ("kubernetes:keda.sh/v1alpha1:ScaledObject", "autoscaling-qwen-small") in added
+    (deployment,) = [c for c in change["changed"] if c["name"] == "model-qwen-small-deployment"]
+    assert "-  replicas: 2\n" in deployment["diff"]
+
+
+def test_unset_applies_in_the_order_given(capsys):
+    # Set, then removed: the stack as filed, so nothing changes.
+    status, out, _ = dry_run(capsys, "--stack", "eks", "--set", "weights.prefix=0", "--unset", "weights.prefix")
+    assert status == 0 and "no changes to the resources" in out
+
+
 def test_a_secret_in_the_stack_file_is_never_printed(capsys, tmp_path):
     ciphertext = "v1:KnownSecretCiphertext0123456789=="
     text = (STACKS_DIR / "Pulumi.eks.yaml").read_text() + f"  inference-gateway:hfToken:\n    secure: {ciphertext}\n"
@@ -141,6 +157,14 @@ def test_a_secret_config_value_the_program_copies_in_plain_is_hidden_too():
     (["--stack", "nope"], (f"dryrun: --stack nope: there is no stack file {STACKS_DIR / 'Pulumi.nope.yaml'}; "
                            "stacks there: dev, eks, existing")),
     (["--stack", "../stacks/dev"], "dryrun: --stack '../stacks/dev': give the stack's short name"),
+    (["--stack", "eks", "--unset", "models[1].replica"],
+     ("dryrun: --unset models[1].replica: the stack does not set models[1].replica, so there is nothing to remove. "
+      "Did you mean 'replicas'? models[1] holds maxModelLen, model, name, pickerReplicas, replicas")),
+    (["--stack", "eks", "--unset", "weights.prefix"],
+     "dryrun: --unset weights.prefix: the stack does not set weights.prefix, so there is nothing to remove."),
+    (["--stack", "eks", "--unset", "models[2]"], "dryrun: --unset models[2]: models is a list of 2 entries; there is no "
+                                                 "models[2] to remove"),
+    (["--stack", "eks", "--unset", "weights.prefix=0"], "dryrun: --unset weights.prefix=0: write the KEY alone"),
 ])
 def test_a_mistake_is_one_line_and_exit_2(capsys, argv, expected):
     status, out, err = dry_run(capsys, *argv)

@@ -314,6 +314,8 @@ def with_model(config, **fields):
     ("eks", {"observability.retention": "36h"}, "observability.retention = '36h': must be whole days"),
     ("eks", {"observability.prometheusStorageGiB": "2"}, "observability.prometheusStorageGiB = '2': is out of range"),
     ("eks", {"observability.storageClass": "GP3"}, "observability.storageClass = 'GP3': must be a StorageClass name"),
+    ("eks", {"observability.storageClass": "gp3..fast"}, "observability.storageClass = 'gp3..fast': must be a "
+                                                         "StorageClass name"),
     ("eks", {"observability.remoteWrite": "yes"}, "observability.remoteWrite = 'yes': must be create"),
     ("eks", {"observability.grafanaAdminPassword": "hunter2hunter2"},
      "observability.grafanaAdminPassword = <secret>: is stored in plain text"),

@@ -2,13 +2,13 @@
 pass `promtool test rules` unit tests: each fires when it should, and the seed's concentration
 (every shared-prefix request on one pod, the other idle, nothing queued) does not fire.
 
-promtool is Debian's (`apt-get install prometheus`, 2.42); `.ci/run` installs it. Without it these
-tests skip with the reason, unless ROUTING_E2E_REQUIRED=1 (./test.sh's full run) requires them.
+promtool is Debian's (`apt-get install prometheus`, 2.42); `.ci/run` and the PR workflow install it.
+Without it these tests skip with the reason, unless the run requires them (CI=true, or
+ROUTING_E2E_REQUIRED=1 in ./test.sh's full run): then they fail.
 """
 
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
 
@@ -19,6 +19,7 @@ from components.observability import dashboard, queries
 from components.observability import render as observability
 from settings import load_stack, parse_settings
 from settings.stackfile import read_stack_config, stack_file
+from tests.full_run import required_by
 
 INSTALL = "install Debian's prometheus package, which brings promtool: `apt-get install prometheus`"
 
@@ -26,8 +27,8 @@ INSTALL = "install Debian's prometheus package, which brings promtool: `apt-get 
 def required_tool(name: str) -> str:
     found = shutil.which(name)
     if found is None:
-        if os.environ.get("ROUTING_E2E_REQUIRED") == "1":
-            pytest.fail(f"ROUTING_E2E_REQUIRED=1 but {name} is not installed: {INSTALL}", pytrace=False)
+        if why := required_by():
+            pytest.fail(f"{why} but {name} is not installed: {INSTALL}", pytrace=False)
         pytest.skip(f"{name} is not installed: {INSTALL}")
     return found
 
@@ -95,7 +96,24 @@ MODEL = SETTINGS.model_named("qwen-small")
 POD = {"namespace": "inference", "app": MODEL.deployment}
 PICKER = {"namespace": "inference", "service": "qwen-small-epp"}
 RULE = observability.prometheus_rule(SETTINGS, MODEL)
-ANNOTATIONS = {r["alert"]: r["annotations"] for r in RULE["spec"]["groups"][0]["rules"]}
+# What the person paged reads, written here rather than read from the rule: promtool compares the
+# firing alert's annotations with these exactly.
+ANNOTATIONS = {
+    "RoutingModelNotScraped": {
+        "summary": "Prometheus cannot read the metrics of qwen-small's pods",
+        "description": "Dashboards, alerts and the scaler are blind for this model. Check the pods run and that the "
+                       "model pods' NetworkPolicy admits the monitoring namespace on vLLM's port."},
+    "RoutingAffinityCostsLatency": {
+        "summary": "A pod of qwen-small queues requests while another pod of it idles",
+        "description": "Prefix affinity keeps sending one prefix's requests to a saturated pod. Lower the prefix "
+                       "weight, use the sticky recipe's load cap, or add replicas; predict --concurrency shows the "
+                       "trade-off."},
+    "RoutingHitRateHalved": {
+        "summary": "qwen-small's prefix-cache hit rate halved after its picker restarted",
+        "description": "The new picker configuration (or a restarted picker's empty index) lost prefix affinity. "
+                       "Compare predict's hit rates for the old and new weights; roll back the weights if the drop "
+                       "was not intended."},
+}
 RULE_LABELS = {"namespace": "inference", "model": MODEL.name, "severity": "warning"}
 
 

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import jsonschema
 import pytest
+import yaml
 
 from components.cert_manager import render as cert_manager
 from components.gateway_api import render as gateway_api
@@ -136,6 +137,49 @@ def test_tls_auto_on_eks_issues_the_gateways_certificate_from_the_stacks_private
                                                "-o jsonpath='{.data.ca\\.crt}' | base64 -d")
 
 
+STARTUP_CHECK_RENDERED = Path(__file__).parent / "fixtures" / "cert-manager-startupapicheck.yaml"
+# What Helm adds to what it manages; the stack's own objects are not Helm's.
+HELM_ONLY_LABELS = ("app.kubernetes.io/managed-by", "helm.sh/chart")
+
+
+def test_the_issuers_wait_for_cert_managers_startup_check_which_pulumi_awaits():
+    run = stack_run("eks")
+    (check,) = [r for r in run.of_type("kubernetes:batch/v1:Job") if r.name == "gateway-api-ca-startup-check"]
+    # The check starts once cert-manager's chart is up and it may create what it tests with.
+    assert {"gateway-api-ca-cert-manager", "gateway-api-ca-startup-check"} <= dependency_names(run, check)
+    assert sorted(r.type for r in run.resources if r.name == "gateway-api-ca-startup-check") == [
+        "kubernetes:batch/v1:Job", "kubernetes:core/v1:ServiceAccount", "kubernetes:rbac.authorization.k8s.io/v1:Role",
+        "kubernetes:rbac.authorization.k8s.io/v1:RoleBinding"]
+    for issuer in ("gateway-api-ca-selfsigned", "gateway-api-ca-ca-certificate", "gateway-api-ca-ca"):
+        assert "gateway-api-ca-startup-check" in dependency_names(run, run.named(issuer)), issuer
+    # Awaited until it completes (pulumi-kubernetes' default for a Job; skipAwait would end that),
+    # and replaced by deleting first: a Job's template cannot change, and its name is fixed.
+    assert "pulumi.com/skipAwait" not in check.inputs["metadata"].get("annotations", {})
+    assert check.options["deleteBeforeReplace"] is True
+    # No NetworkPolicy of the stack's stands between the check, the API server and the webhook.
+    assert not [p for p in objects(run, "NetworkPolicy") if p["metadata"]["namespace"] == "cert-manager"]
+
+
+def test_the_startup_check_is_the_charts_own_as_helm_renders_it_at_the_pin():
+    values, *rendered = yaml.safe_load_all(STARTUP_CHECK_RENDERED.read_text())
+    # Rendered from the chart at the version the stack installs, with the values it passes.
+    assert rendered[-1]["spec"]["template"]["spec"]["containers"][0]["image"].endswith(f":{CERT_MANAGER_VERSION}")
+    assert values == {**cert_manager.chart_values(), "startupapicheck": {"enabled": True,
+                                                                          "resources": cert_manager.RESOURCES}}
+    run = stack_run("eks")
+    ours = {(o["kind"], o["metadata"]["name"]): o for o in (r.inputs for r in run.resources)
+            if o.get("metadata", {}).get("namespace") == "cert-manager" and "startupapicheck" in o["metadata"]["name"]}
+    for chart_object in rendered:
+        key = (chart_object["kind"], chart_object["metadata"]["name"])
+        assert key in ours, key
+        expected = json.loads(json.dumps(chart_object))
+        for metadata in (expected["metadata"], expected.get("spec", {}).get("template", {}).get("metadata", {})):
+            metadata.pop("annotations", None)  # Helm's hook annotations: the stack orders the Job itself
+            for label in HELM_ONLY_LABELS:
+                metadata.get("labels", {}).pop(label, None)
+        assert as_kubernetes_json(ours[key]) == as_kubernetes_json(expected), key
+
+
 def test_an_acm_certificate_on_eks_is_terminated_at_the_nlb_and_needs_no_cert_manager():
     run = stack_run("eks", **{"gateway.tls": ACM})
     gateway = run.kubernetes_object("Gateway", "inference-gateway")["spec"]
@@ -210,10 +254,14 @@ def test_a_weight_toggle_with_tls_and_jwt_on_still_changes_only_the_pickers():
 #   <class>, gateway.istio.io/managed: istio.io-gateway-controller, sidecar.istio.io/inject: "false",
 #   service.istio.io/canonical-name: <Gateway>-<class>, service.istio.io/canonical-revision: latest;
 #   ports 15020, 15021, 15090 and the listeners'.
+# - body-based-routing chart, config/charts/body-based-routing/templates/bbr.yaml and values.yaml@v1.5.0
+#   (gateway-api-inference-extension): pod labels app: <bbr.name>; container ports 9004 (bbr.port, the
+#   ext_proc gRPC the Istio gateway's EnvoyFilter calls) and 9005 (bbr.healthCheckPort).
 # - HyperPod (AWS's inference-gateway documentation): picker pods in the gateway's namespace with
 #   app=<scheduler>-epp, on the endpoint picker's default ports; Envoy and BBR in
 #   hyperpod-inference-system, labels not documented.
 EPP_PORTS = {9002, 9003, 9090}
+BBR_PORTS = {9004, 9005}
 HYPERPOD_SYSTEM = "hyperpod-inference-system"
 
 
@@ -229,6 +277,10 @@ def rendered_pods(run):
         if chart["chart"] == "oci://ghcr.io/llm-d/charts/llm-d-router-gateway" and chart["version"] == "v0.10.0":
             labels = {"llm-d-router-gateway": f"{chart['name'][:40]}-epp", "llm-d.ai/igw-mode": "llm-d-router-gateway"}
             pods.append((chart["namespace"], labels, EPP_PORTS, f"llm-d router {chart['name']}"))
+        body_based = "oci://registry.k8s.io/gateway-api-inference-extension/charts/body-based-routing"
+        if chart["chart"] == body_based and chart["version"] == "v1.5.0":
+            pods.append((chart["namespace"], {"app": chart["values"]["bbr"]["name"]}, BBR_PORTS,
+                         f"body-based router {chart['name']}"))
     for gateway in objects(run, "Gateway"):
         name, klass = gateway["metadata"]["name"], gateway["spec"]["gatewayClassName"]
         labels = {"sidecar.istio.io/inject": "false", "service.istio.io/canonical-name": f"{name}-{klass}",
@@ -284,13 +336,14 @@ def selector_problems(run, policies, monitoring="monitoring") -> list[str]:
 def test_every_policy_selector_matches_pods_the_stack_renders(stack):
     run = stack_run(stack)
     policies = objects(run, "NetworkPolicy")
-    assert len(policies) == 2 * len(run.outputs["podSelectors"])
+    assert len(policies) == 2 * len(run.outputs["podSelectors"]) + (stack == "eks")
     assert selector_problems(run, policies) == []
     # Every model pod and every picker pod is under a policy: none is left open.
     pods = rendered_pods(run)
     covered = {id(pod) for policy in policies for pod in
                selected(pods, policy["metadata"]["namespace"], policy["spec"]["podSelector"]["matchLabels"])}
     guarded = [pod[3] for pod in pods if "vllm" in pod[3] or "picker" in pod[3] or "router" in pod[3]]
+    assert stack != "eks" or any("body-based router" in what for what in guarded)
     assert guarded and all(id(pod) in covered for pod in pods if pod[3] in guarded)
 
 
@@ -331,6 +384,21 @@ def test_model_pods_admit_only_the_gateway_their_pickers_and_monitoring(stack, g
         {"from": [gateway_peer], "ports": [{"protocol": "TCP", "port": 9002}]},
         {"from": [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}}],
          "ports": [{"protocol": "TCP", "port": 9090}]}]
+
+
+def test_body_based_routing_pods_admit_only_the_gateway_on_their_grpc_port():
+    run = stack_run("eks")
+    policy = run.kubernetes_object("NetworkPolicy", "inference-gateway-bbr-ingress")
+    assert policy["metadata"]["namespace"] == "inference"
+    assert policy["spec"] == {
+        "podSelector": {"matchLabels": {"app": "inference-gateway-bbr"}}, "policyTypes": ["Ingress"],
+        "ingress": [{"from": [{"podSelector": {"matchLabels": {
+            "gateway.networking.k8s.io/gateway-name": "inference-gateway"}}}],
+            "ports": [{"protocol": "TCP", "port": 9004}]}]}
+    # With one model there is no body-based router, and no policy for one.
+    config, secrets = from_stack_file("eks")
+    one_model = stack_run("eks", models=json.dumps(config["models"][:1]))
+    assert not [p for p in objects(one_model, "NetworkPolicy") if p["metadata"]["name"].endswith("-bbr-ingress")]
 
 
 def test_api_server_cidrs_admit_the_pod_proxy_to_vllm_only():

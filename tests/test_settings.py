@@ -6,10 +6,12 @@ import re
 from pathlib import Path
 
 import pytest
+import botocore.session
 from hypothesis import given, settings as hypothesis_settings, strategies as st
 
 from settings import (DEFAULT_VLLM_IMAGE, DEFAULT_WEIGHTS, MODELLED_VLLM_VERSION, WEIGHT_NAMES, SettingsError,
                       load_stack, parse_settings, parse_weight_overrides)
+from settings.instance_types import ec2_instance_types
 
 SMALL = {"name": "qwen-small", "model": "Qwen/Qwen2.5-0.5B-Instruct", "replicas": 2}
 HYPERPOD_ARN = "arn:aws:sagemaker:us-west-2:123456789012:cluster/abcd1234efgh"
@@ -326,6 +328,13 @@ def test_weight_overrides_for_the_routing_tools():
     ({"cluster.publicAccessCidrs": '["10.0.0.0/33"]'}, "cluster.publicAccessCidrs[0]", "CIDR block"),
     ({"cluster": {"systemNodes": {"instanceTypes": ["big"]}}, "platform": "eks"}, "cluster.systemNodes.instanceTypes[0]",
      "EC2 instance type"),
+    ({"cluster": {"systemNodes": {"instanceTypes": ["m6i.larg"]}}, "platform": "eks"},
+     "cluster.systemNodes.instanceTypes[0]", "is not an EC2 instance type: m6i comes in m6i.large, m6i.xlarge, "),
+    ({"gpuNodes.instanceTypes": '["g5.xlarg"]', "platform": "eks"}, "gpuNodes.instanceTypes[0]",
+     "g5 comes in g5.xlarge, g5.2xlarge, g5.4xlarge, g5.8xlarge, g5.12xlarge, g5.16xlarge, g5.24xlarge, g5.48xlarge. "
+     "Did you mean 'g5.xlarge'? (These are the types botocore 1.44.5's EC2 model lists"),
+    ({"gpuNodes.instanceTypes": '["ml.g5.xlarge"]', "platform": "eks"}, "gpuNodes.instanceTypes[0]",
+     "is a SageMaker instance type; platform eks runs EC2 managed node groups, which take EC2 types, e.g. g5.xlarge."),
     ({"gpuNodes.instanceTypes": "[]", "platform": "eks"}, "gpuNodes.instanceTypes", "must hold at least 1 entry"),
     ({"gpuNodes.capacityType": "spot", "platform": "eks"}, "gpuNodes.capacityType", "'ON_DEMAND' or 'SPOT'"),
     ({"gpuNodes.diskSize": "20", "platform": "eks"}, "gpuNodes.diskSize", "from 50 to 16384"),
@@ -468,3 +477,12 @@ def test_any_weight_map_is_accepted_as_meant_or_rejected_with_a_clear_error(stru
     meant.update({name: expected_weight(value) for name, value in flat.items()})
     assert dict(model.weights) == meant
     assert dict(model.effective_weights) == {**DEFAULT_WEIGHTS, **meant}
+
+
+def test_the_instance_types_checked_on_eks_are_the_ec2_service_models_own():
+    # Read through botocore's ServiceModel, not the loader settings use.
+    listed = set(botocore.session.get_session().get_service_model("ec2").shape_for("InstanceType").enum)
+    assert ec2_instance_types() == listed
+    config = {"platform": "eks", "cluster.systemNodes.instanceTypes": json.dumps(sorted(listed)[:16])}
+    assert parse(**config, **{"gpuNodes.instanceTypes": json.dumps(sorted(listed)[-16:])}).gpu_nodes
+

@@ -6,9 +6,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import yaml
 
-from dryrun.runner import run_program, stack_config
+from settings import SettingsError, parse_settings
 from tests.stack.program import DEPENDENCIES_CLONE
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -61,6 +62,27 @@ def test_project_config_declarations_are_valid_and_never_required():
         assert "default" in declaration, key
 
 
+def test_the_project_file_lists_every_top_level_key_settings_accepts():
+    commented = re.findall(r"^#   (\w+) ", (ROOT / "Pulumi.yaml").read_text(), re.MULTILINE)
+    # What settings accepts, as a user learns it: the keys a refused unknown key is told to choose from.
+    with pytest.raises(SettingsError) as caught:
+        parse_settings({"notAKey": "1"}, stack="test")
+    (unknown,) = [problem for problem in caught.value.problems if problem.key == "notAKey"]
+    valid = re.search(r"Valid keys: (.*)\. Remove", unknown.message)[1].split(", ")
+    for key in commented:
+        with pytest.raises(SettingsError) as caught:
+            parse_settings({key: "{"}, stack="test")
+        assert not any(problem.key == key and "is not a key" in problem.message for problem in caught.value.problems)
+    assert sorted(commented) == sorted(valid)
+
+
+def test_the_unit_job_installs_promtool_before_the_tests_that_require_it_in_ci():
+    steps = yaml.safe_load(WORKFLOW.read_text())["jobs"]["unit"]["steps"]
+    runs = [step.get("run", "") for step in steps]
+    install = next(i for i, run in enumerate(runs) if re.search(r"apt-get install .*\bprometheus\b", run))
+    assert install < next(i for i, run in enumerate(runs) if "./test.sh --unit" in run)
+
+
 def test_the_hyperpod_chart_is_cloned_before_the_preview_that_needs_it():
     preview = yaml.safe_load(WORKFLOW.read_text())["jobs"]["preview"]
     names = [step.get("name", step.get("uses", "")) for step in preview["steps"]]
@@ -85,23 +107,35 @@ def test_every_stack_files_charts_are_rendered_with_a_pinned_helm():
     assert clone < render
 
 
-def test_the_render_step_covers_every_chart_the_program_declares(tmp_path):
-    # What the workflow's command renders, against every chart resource the program registers
-    # under mocks, for each stack file (dev with the repository's stand-in of AWS's chart).
+# Each stack file's Helm releases: chart and pinned version, as docs/configuration.md's units give
+# them (dev's dependencies chart is a local clone, at the commit settings pins, without a version).
+CHARTS = {
+    "dev": {("hyperpod-dependencies", "HyperPodHelmChart", "-"), ("kube-prometheus-stack", "kube-prometheus-stack",
+                                                                  "88.5.3")},
+    "eks": {("gpu-nodes-device-plugin", "nvidia-device-plugin", "0.17.4"),
+            ("aws-load-balancer-controller", "aws-load-balancer-controller", "3.5.0"),
+            ("istio-base", "base", "1.30.1"), ("istiod", "istiod", "1.30.1"),
+            ("cert-manager", "cert-manager", "v1.21.1"), ("kube-prometheus-stack", "kube-prometheus-stack", "88.5.3"),
+            ("inference-gateway-bbr", "body-based-routing", "v1.5.0"),
+            ("qwen", "llm-d-router-gateway", "v0.10.0"), ("qwen-small", "llm-d-router-gateway", "v0.10.0")},
+    "existing": {("kube-prometheus-stack", "kube-prometheus-stack", "88.5.3")},
+}
+
+
+def test_the_render_step_covers_every_chart_each_stack_installs(tmp_path):
+    # What the workflow's command renders, against the releases each stack file installs (dev with
+    # the repository's stand-in of AWS's chart).
     stacks = tmp_path / "stacks"
     shutil.copytree(ROOT / "stacks", stacks)
     dev = stacks / "Pulumi.dev.yaml"
     dev.write_text(dev.read_text().replace("vendor/sagemaker-hyperpod-cli", str(DEPENDENCIES_CLONE)))
-    for stack in sorted(p.name[len("Pulumi."):-len(".yaml")] for p in stacks.glob("Pulumi.*.yaml")):
-        config, secrets = stack_config(stack, stacks)
-        registered = run_program(config, stack=stack, secret_keys=secrets)
-        declared = sorted((r.inputs.get("name") or r.name, r.inputs["chart"]) for r in registered.resources
-                          if r.type.startswith("kubernetes:helm.sh/"))
+    assert sorted(p.name[len("Pulumi."):-len(".yaml")] for p in stacks.glob("Pulumi.*.yaml")) == sorted(CHARTS)
+    for stack, releases in CHARTS.items():
         listed = subprocess.run([sys.executable, "-m", "dryrun.charts", "--stack", stack, "--stacks-dir", str(stacks),
                                  "--list"], cwd=ROOT, capture_output=True, text=True, check=True).stdout
-        rendered = sorted(tuple(line.split("\t")[:2]) for line in listed.splitlines())
-        assert rendered == declared, stack
-        assert stack == "existing" or declared
+        rendered = {(release, chart.rpartition("/")[2], version)
+                    for release, chart, version, _ in (line.split("\t") for line in listed.splitlines())}
+        assert rendered == releases, stack
 
 
 def test_a_chart_that_fails_to_render_fails_the_step(tmp_path):

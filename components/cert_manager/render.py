@@ -6,6 +6,11 @@ certificate, whose key stays in cert-manager's namespace (a ClusterIssuer reads 
 out of reach of whoever may read Secrets in the models' namespace; a CA ClusterIssuer then signs
 the Gateway's certificate. Clients trust the CA (the `ca.crt` cert-manager puts next to the
 Gateway's certificate), so no public DNS name or ACM certificate is needed.
+
+No issuer is created before cert-manager's webhook answers: a ClusterIssuer sent earlier is refused
+(`failed calling webhook "webhook.cert-manager.io"`). The chart checks this with its startupapicheck
+Job, a Helm hook; the stack runs the same Job as its own object, which `pulumi up` waits on until it
+completes (pulumi-kubernetes awaits a Job's Complete condition), and the issuers wait for it.
 """
 
 from __future__ import annotations
@@ -27,6 +32,19 @@ CA_DURATION = "43800h"
 # The system nodes are m6i.large (2 vCPU, 8 GiB): the three controllers need a sliver of one.
 RESOURCES = {"requests": {"cpu": "20m", "memory": "64Mi"}, "limits": {"memory": "256Mi"}}
 
+# The chart's startupapicheck as it renders it (templates/startupapicheck-*.yaml and values.yaml at
+# the chart's version; tests/fixtures/cert-manager-startupapicheck.yaml is its `helm template`): its
+# image at the chart's version, `cmctl check api` waiting a minute for the webhook, four retries.
+STARTUP_CHECK = "cert-manager-startupapicheck"
+STARTUP_CHECK_IMAGE = f"quay.io/jetstack/cert-manager-startupapicheck:{VERSION}"
+STARTUP_CHECK_ARGS = ["check", "api", "--wait=1m", "-v"]
+STARTUP_CHECK_RETRIES = 4
+STARTUP_CHECK_LABELS = {"app": "startupapicheck", "app.kubernetes.io/name": "startupapicheck",
+                        "app.kubernetes.io/instance": "cert-manager", "app.kubernetes.io/component": "startupapicheck",
+                        "app.kubernetes.io/version": VERSION}
+# What the check does: a dry-run CertificateRequest in its own namespace, which the webhook must admit.
+STARTUP_CHECK_RULES = [{"apiGroups": ["cert-manager.io"], "resources": ["certificaterequests"], "verbs": ["create"]}]
+
 
 def chart_values() -> dict[str, Any]:
     return {
@@ -35,10 +53,49 @@ def chart_values() -> dict[str, Any]:
         "resources": RESOURCES,
         "webhook": {"resources": RESOURCES},
         "cainjector": {"resources": RESOURCES},
-        # A Helm post-install hook, and Pulumi's Chart omits hooks: without this its RBAC would
-        # be created for a Job that never runs. `pulumi up` waits on the Deployments instead.
+        # A Helm post-install hook, which Pulumi's Chart does not run as one: the stack runs the
+        # same check as its own Job (startup_check_job), ordered before the issuers.
         "startupapicheck": {"enabled": False},
     }
+
+
+def _startup_check_metadata(name: str) -> dict[str, Any]:
+    return {"name": name, "namespace": NAMESPACE, "labels": dict(STARTUP_CHECK_LABELS)}
+
+
+def startup_check_service_account() -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": _startup_check_metadata(STARTUP_CHECK),
+            "automountServiceAccountToken": True}
+
+
+def startup_check_role() -> dict[str, Any]:
+    return {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+            "metadata": _startup_check_metadata(f"{STARTUP_CHECK}:create-cert"), "rules": STARTUP_CHECK_RULES}
+
+
+def startup_check_role_binding() -> dict[str, Any]:
+    name = f"{STARTUP_CHECK}:create-cert"
+    return {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+            "metadata": _startup_check_metadata(name),
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name},
+            "subjects": [{"kind": "ServiceAccount", "name": STARTUP_CHECK, "namespace": NAMESPACE}]}
+
+
+def startup_check_job() -> dict[str, Any]:
+    container = {
+        "name": STARTUP_CHECK, "image": STARTUP_CHECK_IMAGE, "imagePullPolicy": "IfNotPresent",
+        "args": STARTUP_CHECK_ARGS,
+        "securityContext": {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]},
+                            "readOnlyRootFilesystem": True},
+        "env": [{"name": "POD_NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}}],
+        "resources": RESOURCES,
+    }
+    return {"apiVersion": "batch/v1", "kind": "Job", "metadata": _startup_check_metadata(STARTUP_CHECK),
+            "spec": {"backoffLimit": STARTUP_CHECK_RETRIES, "template": {
+                "metadata": {"labels": dict(STARTUP_CHECK_LABELS)},
+                "spec": {"restartPolicy": "OnFailure", "serviceAccountName": STARTUP_CHECK, "enableServiceLinks": False,
+                         "securityContext": {"runAsNonRoot": True, "seccompProfile": {"type": "RuntimeDefault"}},
+                         "containers": [container], "nodeSelector": {"kubernetes.io/os": "linux"}}}}}
 
 
 def _prefix(settings: Settings) -> str:

@@ -12,6 +12,7 @@ from components.cert_manager import PrivateCertificateAuthority
 from components.iam import render as iam
 from components.iam.role import service_account_role
 from settings import Settings
+from settings.endpoints import bbr_name
 
 from . import render
 
@@ -63,7 +64,7 @@ class GatewayApiDataPlane(pulumi.ComponentResource):
                     opts=after_crds.merge(pulumi.ResourceOptions(depends_on=[base, istiod, self.gateway]))))
         if settings.gateway.bbr_enabled:
             self.ready.append(k8s.helm.v4.Chart(
-                f"{name}-bbr", chart=render.BBR_CHART, name=f"{settings.gateway.name}-bbr", version=render.BBR_VERSION,
+                f"{name}-bbr", chart=render.BBR_CHART, name=bbr_name(settings), version=render.BBR_VERSION,
                 namespace=settings.namespace, values=render.bbr_values(settings),
                 opts=after_crds.merge(pulumi.ResourceOptions(depends_on=[istiod, self.gateway]))))
         gateway_name = settings.gateway.name

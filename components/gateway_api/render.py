@@ -13,7 +13,7 @@ from typing import Any
 from components.cert_manager import render as cert_manager
 from components.iam.render import ServiceAccountRole
 from settings import Settings
-from settings.endpoints import gateway_scheme
+from settings.endpoints import bbr_name, gateway_scheme
 
 # Gateway API v1.5.1, standard channel: the version Istio's conformance run used.
 GATEWAY_API_CRDS = "https://github.com/kubernetes-sigs/gateway-api/releases/download/v1.5.1/standard-install.yaml"
@@ -149,7 +149,7 @@ def gateway_manifest(settings: Settings, *, internal_load_balancer: bool) -> dic
 
 
 def bbr_values(settings: Settings) -> dict[str, Any]:
-    bbr: dict[str, Any] = {"name": f"{settings.gateway.name}-bbr"}
+    bbr: dict[str, Any] = {"name": bbr_name(settings)}
     if settings.gateway.bbr_replicas is not None:
         bbr["replicas"] = settings.gateway.bbr_replicas
     return {"provider": {"name": GATEWAY_CLASS}, "inferenceGateway": {"name": settings.gateway.name}, "bbr": bbr}

@@ -6,6 +6,8 @@ Per model, on both platforms:
   gateway.networkPolicy.apiServerCidrs; nothing else reaches them;
 - its picker pods admit their gRPC (ext_proc) port from the gateway's data plane alone, and their
   metrics port from the monitoring namespace.
+On llm-d with body-based routing, its pods admit their gRPC (ext_proc) port from the gateway's data
+plane alone: nothing scrapes them, and they only call out (to the API server, for ConfigMaps).
 Who the gateway and the pickers are is settings/endpoints.py's answer for the implementation. A
 pod's own node always gets through (kubelet probes): NetworkPolicy never filters it, and the VPC
 CNI's policy agent admits the node's address.
@@ -16,7 +18,8 @@ from __future__ import annotations
 from typing import Any
 
 from settings import ModelSettings, Settings
-from settings.endpoints import PICKER_GRPC_PORT, PICKER_METRICS_PORT, Pods, gateway_pods, picker_pod_labels
+from settings.endpoints import (BBR_GRPC_PORT, PICKER_GRPC_PORT, PICKER_METRICS_PORT, Pods, bbr_name, bbr_pods,
+                                gateway_pods, picker_pod_labels)
 
 # Kubernetes sets it on every namespace (1.22+): how a policy names a namespace.
 NAMESPACE_NAME_LABEL = "kubernetes.io/metadata.name"
@@ -63,9 +66,18 @@ def picker_policy(settings: Settings, model: ModelSettings) -> dict[str, Any]:
     ])
 
 
+def bbr_policy(settings: Settings) -> dict[str, Any]:
+    namespace = settings.namespace
+    return _policy(f"{bbr_name(settings)}-ingress", namespace, dict(bbr_pods(settings).labels),
+                   [{"from": [peer(gateway_pods(settings), namespace)], "ports": _tcp(BBR_GRPC_PORT)}])
+
+
 def policies(settings: Settings) -> list[dict[str, Any]]:
-    """Every policy the stack declares; none when gateway.networkPolicy.enabled is false."""
+    """Every policy the stack declares; none when gateway.networkPolicy.enabled is false. HyperPod's
+    body-based router is AWS's, in the add-on's namespace: only the llm-d stack's own gets one."""
     if not settings.gateway.network_policy.enabled:
         return []
-    return [policy for model in settings.models for policy in (model_policy(settings, model),
-                                                                picker_policy(settings, model))]
+    per_model = [policy for model in settings.models for policy in (model_policy(settings, model),
+                                                                     picker_policy(settings, model))]
+    own_bbr = settings.gateway.implementation == "llm-d" and settings.gateway.bbr_enabled
+    return per_model + ([bbr_policy(settings)] if own_bbr else [])

@@ -9,11 +9,10 @@ after installing vLLM).
 
 from __future__ import annotations
 
-import os
-
 import pytest
 
 from routing.lab.vllm_server import VllmPair, have_vllm_python, vllm_pair, wait_until_healthy
+from tests.full_run import required_by
 
 
 class TerminalLines:
@@ -40,15 +39,6 @@ class TerminalLines:
 @pytest.fixture(scope="session")
 def progress(pytestconfig) -> TerminalLines:
     return TerminalLines(pytestconfig)
-
-
-def required_by() -> str | None:
-    """Why this run must not skip the real-vLLM tests (the variable that says so), or None."""
-    if os.environ.get("CI") == "true":
-        return "CI=true"
-    if os.environ.get("ROUTING_E2E_REQUIRED") == "1":
-        return "ROUTING_E2E_REQUIRED=1"
-    return None
 
 
 @pytest.fixture(scope="session")

@@ -40,7 +40,7 @@ from routing.metrics import VllmMetrics
 from routing.workloads import seed_shared
 from settings import load_stack, parse_settings
 from settings.stackfile import read_stack_config, stack_file
-from tests.e2e.conftest import required_by
+from tests.full_run import required_by
 from tests.test_observability_rules import INSTALL
 
 pytestmark = pytest.mark.e2e
