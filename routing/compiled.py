@@ -25,11 +25,12 @@ from typing import Sequence
 PACKAGE_DIR = Path(__file__).resolve().parent
 # The modules compiled from their .py source, in the order they import each other.
 COMPILED_MODULES = ("routing.picker.prefix", "routing.picker.load", "routing.picker.endpoint_picker",
-                    "routing.simulation.engine", "routing.simulation.fleet")
+                    "routing.simulation.latency", "routing.simulation.engine", "routing.simulation.fleet")
 # Compiled only: C twins of the pure-Python functions and classes they stand in for (the block-hash
-# chains of picker/prefix.py, the prefix index, the engine's block pool) and the table they share.
+# chains of picker/prefix.py, the prefix index, the engine's block pool, the replay's event queue)
+# and the table they share.
 NATIVE_MODULES = ("routing.picker.chains", "routing.picker.tables", "routing.picker.prefix_index",
-                  "routing.simulation.block_pool")
+                  "routing.simulation.block_pool", "routing.simulation.events")
 # What the build compiled, and from which source: {"modules": {name: sha256 of its .py/.pyx and .pxd}}.
 MANIFEST = PACKAGE_DIR / ".compiled-core.json"
 PURE_PYTHON_ENV = "ROUTING_PURE_PYTHON"

@@ -3,9 +3,13 @@
 from libc.stdint cimport int64_t, uint64_t
 
 
+cdef struct Entry:
+    uint64_t key
+    int64_t value  # -1: an empty slot
+
+
 cdef class U64Table:
-    cdef uint64_t* keys
-    cdef int64_t* values  # -1: an empty slot
+    cdef Entry* entries  # a key and its value side by side: a probe reads one cache line
     cdef Py_ssize_t capacity  # slots, a power of two
     cdef Py_ssize_t size
     cdef int shift  # 64 - log2(capacity): a key's home slot is its hash's top bits

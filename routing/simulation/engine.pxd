@@ -13,9 +13,14 @@ cdef class EngineRequest:
     cdef public list blocks
 
 
+cdef class Published:
+    cdef public Py_ssize_t waiting, running
+    cdef public double kv_usage
+
+
 cdef class Engine:
     cdef public str name
-    cdef public Py_ssize_t block_size, num_gpu_blocks, hits, queries, finished
+    cdef public Py_ssize_t block_size, num_gpu_blocks, hits, queries, finished, max_num_batched_tokens, max_num_seqs
     cdef public object limits, latency, _rng, published, step_work, waiting
     cdef public double _jitter
     cdef public NativeBlockPool pool

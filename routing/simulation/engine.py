@@ -31,7 +31,7 @@ import itertools
 import math
 import random
 from collections import OrderedDict, deque
-from typing import Callable, NamedTuple, Sequence
+from typing import Callable, Sequence
 
 from routing.simulation.latency import EngineLimits, LatencyModel, prefill_pairs as chunk_pairs
 
@@ -67,13 +67,28 @@ class EngineRequest:
         self.step_tokens = 0  # tokens scheduled in the current step
 
 
-class Published(NamedTuple):
-    """The gauges a scrape of this server reads, from the end of the last step (a tuple: one is
-    made at most steps)."""
+class Published:
+    """The gauges a scrape of this server reads, from the end of the last step (one is made at
+    most steps, so it is kept small: equal gauges are equal and hash alike)."""
 
-    waiting: int
-    running: int
-    kv_usage: float
+    __slots__ = ("waiting", "running", "kv_usage")
+
+    def __init__(self, waiting: int, running: int, kv_usage: float):
+        self.waiting = waiting
+        self.running = running
+        self.kv_usage = kv_usage
+
+    def _gauges(self) -> tuple[int, int, float]:
+        return self.waiting, self.running, self.kv_usage
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Published) and self._gauges() == other._gauges()
+
+    def __hash__(self) -> int:
+        return hash(self._gauges())
+
+    def __repr__(self) -> str:
+        return f"Published(waiting={self.waiting}, running={self.running}, kv_usage={self.kv_usage})"
 
 
 class BlockPool:
@@ -206,6 +221,9 @@ class Engine:
         self.num_gpu_blocks = num_gpu_blocks
         self.limits = limits
         self.latency = latency
+        # Read every step: kept here as numbers.
+        self.max_num_batched_tokens = limits.max_num_batched_tokens
+        self.max_num_seqs = limits.max_num_seqs
         # Steps vary by latency.jitter; without an rng (or jitter) every step takes the model's time.
         self._jitter = latency.jitter if rng is not None else 0.0
         self._rng = rng
@@ -248,7 +266,7 @@ class Engine:
         if self.incoming:
             self.waiting.extend(self.incoming)
             self.incoming.clear()
-        budget = self.limits.max_num_batched_tokens
+        budget = self.max_num_batched_tokens
         scheduled = self._scheduled = []
         prefill_tokens = decode_seqs = context_tokens = 0
         prefill_pairs = 0.0  # the prefill chunks' attention: each chunk's tokens × what they attend to
@@ -305,7 +323,7 @@ class Engine:
             break  # the request itself was preempted: nothing after it runs this step
         if not preempted:
             waiting = self.waiting
-            max_num_seqs = self.limits.max_num_seqs
+            max_num_seqs = self.max_num_seqs
             while waiting and budget > 0 and len(running) < max_num_seqs:
                 seq = waiting[0]
                 if not self._admit(seq, budget):

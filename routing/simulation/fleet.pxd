@@ -2,6 +2,7 @@
 cimport cython
 
 from routing.simulation.engine cimport Engine, EngineRequest
+from routing.simulation.events cimport EventQueue as NativeEventQueue
 
 
 cdef class _Scrapes:
@@ -9,11 +10,13 @@ cdef class _Scrapes:
 
 
 cdef class _LoadReplay:
-    cdef public object prepared, plan, fleet, explain, rng, explained, order, arrival, hash_plan, picker_hashes
+    cdef public object prepared, plan, fleet, explain, rng, explained, arrival, hash_plan, picker_hashes
+    cdef public NativeEventQueue events
     cdef public object send_order, concurrency, session_of
     cdef public Py_ssize_t count, in_flight, next_planned, last_planned
     cdef public list engines, idle, scrapes, published_metrics, metrics_of, phases, last_read_at, read, fresh_until
-    cdef public list sent_at, ttfts, queue_times, hit_tokens, finished_at, placements, picked_by, events, stepping
+    cdef public list sent_at, ttfts, queue_times, hit_tokens, finished_at, placements, picked_by, stepping
+    cdef public list planned_at, planned_order, planned_kind, planned_payload
     cdef public list pickers, planned, ready, freed
     cdef public dict by_name, turns, deferred
     cdef public set busy_sessions
@@ -35,5 +38,6 @@ cdef class _LoadReplay:
     @cython.locals(engine_index=Py_ssize_t)
     cpdef arrived(self, Py_ssize_t index, double now)
     cpdef sent_as_planned(self, Py_ssize_t first, double now)
-    @cython.locals(now=double, kind=Py_ssize_t, payload=Py_ssize_t, events=list, planned=list)
+    @cython.locals(now=double, kind=Py_ssize_t, payload=Py_ssize_t, events=NativeEventQueue, next_planned=Py_ssize_t,
+                   planned_at=list, planned_order=list, planned_kind=list, planned_payload=list)
     cpdef double loop(self)

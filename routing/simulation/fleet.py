@@ -308,6 +308,39 @@ def collection_paused() -> Iterator[None]:
 _SEND, _ARRIVE, _STEP_END, _WEIGHTS, _PICK = 0, 1, 2, 3, 4
 
 
+class EventQueue:
+    """A replay's events, earliest first, and at equal times the first made first: each gets the
+    next number of one count (`next_order`), which events planned apart from the queue share.
+
+    `pop` returns the earliest event's time and leaves its kind and payload in `kind` and
+    `payload`: the loop reads them without a tuple made for every event."""
+
+    def __init__(self) -> None:
+        self._heap: list[tuple[float, int, int, int]] = []
+        self._count = itertools.count()
+        self.kind = self.payload = 0
+
+    def next_order(self) -> int:
+        return next(self._count)
+
+    def push(self, at: float, kind: int, payload: int) -> None:
+        heapq.heappush(self._heap, (at, next(self._count), kind, payload))
+
+    def before(self, at: float, order: int) -> bool:
+        """Whether the earliest event comes before (at, order)."""
+        return bool(self._heap) and self._heap[0][:2] < (at, order)
+
+    def pop(self) -> float:
+        at, _, self.kind, self.payload = heapq.heappop(self._heap)
+        return at
+
+
+try:  # the same queue in C (events.pyx) when the simulator's core is compiled (routing/compiled.py)
+    from routing.simulation.events import EventQueue as _EVENTS
+except ImportError:
+    _EVENTS = EventQueue
+
+
 class _LoadReplay:
     """One replay under load (simulate_under_load): its servers, pickers, clocks and per-request
     records, and the event loop that drives them."""
@@ -351,16 +384,15 @@ class _LoadReplay:
         # A stand-in without those calls (a recording, a test's picker) counts none and gets no key.
         self.picked_by: list[Picker | None] = [None] * count
         self.explained: Explained | None = None
-        # Events are (time, tie-break order, kind, payload); at equal times the one made first runs
-        # first. Weight changes and sends are known up front: they run from one sorted list, so the
-        # heap holds only the few events the run makes (arrivals at engines and step ends).
-        self.events: list[tuple[float, int, int, int]] = []
-        self.order = itertools.count()
+        # Weight changes and sends are known up front: they run from one sorted list of (time, order,
+        # kind, payload), so the queue holds only the few events the run makes (arrivals at engines
+        # and step ends).
+        self.events = _EVENTS()
         self.stepping = [False] * len(engines)
         self.pickers = list(fleet.pickers)
         self.planned: list[tuple[float, int, int, int]] = []
         if fleet.repick is not None:
-            self.planned += [(change.at, next(self.order), _WEIGHTS, number)
+            self.planned += [(change.at, self.events.next_order(), _WEIGHTS, number)
                              for number, change in enumerate(plan.weight_changes)]
         self.send_spacing = fleet.send_spacing
         self.spaced_until = float("-inf")
@@ -389,7 +421,7 @@ class _LoadReplay:
         self.sent_at[index] = now  # TTFT runs from here, the moment the client means to send
         if self.send_spacing:
             self.spaced_until = max(now, self.spaced_until) + self.send_spacing
-            heapq.heappush(self.events, (self.spaced_until, next(self.order), _PICK, index))
+            self.events.push(self.spaced_until, _PICK, index)
         else:
             self.pick(index, now)
 
@@ -427,8 +459,7 @@ class _LoadReplay:
             picker_hashes = self.picker_hashes
             self.placements[index] = picker.choose(
                 request, seen, (self.hash_plan, picker_hashes[index]) if picker_hashes else None, **keyed)
-        heapq.heappush(self.events, (now + self.arrival(self.prepared.prompt_lens[index]), next(self.order), _ARRIVE,
-                                     index))
+        self.events.push(now + self.arrival(self.prepared.prompt_lens[index]), _ARRIVE, index)
 
     def send_together(self, indexes: list[int], now: float) -> None:
         if len(indexes) > 1:
@@ -482,7 +513,7 @@ class _LoadReplay:
     def start_step(self, engine_index: int, now: float) -> None:
         duration = self.engines[engine_index].schedule(now)
         self.stepping[engine_index] = True
-        heapq.heappush(self.events, (now + duration, next(self.order), _STEP_END, engine_index))
+        self.events.push(now + duration, _STEP_END, engine_index)
 
     def step_ended(self, engine_index: int, now: float) -> None:
         engine = self.engines[engine_index]
@@ -523,11 +554,11 @@ class _LoadReplay:
 
     def sent_as_planned(self, first: int, now: float) -> None:
         """Every send planned for this instant (a timed workload's burst), sent together."""
-        planned = self.planned
+        planned_at, planned_kind, planned_payload = self.planned_at, self.planned_kind, self.planned_payload
         batch = [first]
-        while (self.next_planned < self.last_planned and planned[self.next_planned][0] == now
-               and planned[self.next_planned][2] == _SEND):
-            batch.append(planned[self.next_planned][3])
+        while (self.next_planned < self.last_planned and planned_at[self.next_planned] == now
+               and planned_kind[self.next_planned] == _SEND):
+            batch.append(planned_payload[self.next_planned])
             self.next_planned += 1
         sendable = []
         for index in batch:  # in workload order, so a session's earlier turn goes first
@@ -549,9 +580,13 @@ class _LoadReplay:
             self.ready = ready
             self.dispatch(0.0)
         else:
-            planned += [(at, next(self.order), _SEND, index) for index, at in enumerate(plan.send_at)]
+            planned += [(at, self.events.next_order(), _SEND, index) for index, at in enumerate(plan.send_at)]
         planned.sort()
-        planned.append((float("inf"), next(self.order), _SEND, -1))  # a sentinel: never reached while events remain
+        planned.append((float("inf"), self.events.next_order(), _SEND, -1))  # a sentinel: never reached while events remain
+        self.planned_at = [entry[0] for entry in planned]
+        self.planned_order = [entry[1] for entry in planned]
+        self.planned_kind = [entry[2] for entry in planned]
+        self.planned_payload = [entry[3] for entry in planned]
         now = self.loop()
         engines = self.engines
         pods = tuple(PodDelta(engine.name, engine.finished, engine.hits, engine.queries) for engine in engines)
@@ -562,17 +597,20 @@ class _LoadReplay:
 
     def loop(self) -> float:
         """Runs every event, earliest first; returns the time of the last."""
-        plan, planned, events = self.plan, self.planned, self.events
-        heappop = heapq.heappop
+        plan, events = self.plan, self.events
+        planned_at, planned_order = self.planned_at, self.planned_order
+        planned_kind, planned_payload = self.planned_kind, self.planned_payload
         now = 0.0
         self.next_planned = 0
-        self.last_planned = len(planned) - 1
+        self.last_planned = len(planned_at) - 1
         while True:
-            if events and events[0] < planned[self.next_planned]:
-                now, _, kind, payload = heappop(events)
-            elif self.next_planned < self.last_planned:
-                now, _, kind, payload = planned[self.next_planned]
-                self.next_planned += 1
+            next_planned = self.next_planned
+            if events.before(planned_at[next_planned], planned_order[next_planned]):
+                now = events.pop()
+                kind, payload = events.kind, events.payload
+            elif next_planned < self.last_planned:
+                now, kind, payload = planned_at[next_planned], planned_kind[next_planned], planned_payload[next_planned]
+                self.next_planned = next_planned + 1
             else:
                 break
             if kind == _STEP_END:  # the most frequent event, tested first

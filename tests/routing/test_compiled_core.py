@@ -171,6 +171,32 @@ def test_the_c_prefix_index_matches_remembers_and_evicts_as_the_python_one(seed,
             == index_operations(PrefixIndex(), random.Random(seed), 400, pods))
 
 
+def queue_operations(queue, rng: random.Random, steps: int) -> list:
+    """Events pushed at few distinct times (so order breaks ties), checked against planned ones, popped."""
+    seen = []
+    for _ in range(steps):
+        if rng.random() < 0.55:
+            queue.push(rng.choice([0.0, 0.5, 1.0, rng.random()]), rng.randrange(5), rng.randrange(100))
+        elif rng.random() < 0.5:
+            seen.append(("before", queue.before(rng.choice([0.5, rng.random()]), queue.next_order())))
+        else:
+            try:
+                seen.append(("pop", queue.pop(), queue.kind, queue.payload))
+            except IndexError:
+                seen.append(("empty",))
+    return seen
+
+
+@needs_core
+@pytest.mark.parametrize("seed", range(20))
+def test_the_c_event_queue_orders_events_as_the_python_one(seed):
+    from routing.simulation.events import EventQueue as NativeEventQueue
+    from routing.simulation.fleet import EventQueue
+
+    assert (queue_operations(NativeEventQueue(), random.Random(seed), 500)
+            == queue_operations(EventQueue(), random.Random(seed), 500))
+
+
 # -- the whole core, on the golden predictions -------------------------------------------------------
 
 @needs_core
