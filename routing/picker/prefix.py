@@ -174,6 +174,9 @@ def server_tokens(tokenizer: Tokenizer, request: Any, *, packed: bool = False) -
     `packed`: arrays of unsigned ints instead of lists, the form `server_block_keys` hashes;
     the estimate's pseudo-tokens then go from the prompt's bytes to the array without
     becoming Python ints."""
+    if request.server_prompts is None and isinstance(tokenizer, EstimateTokenizer):
+        # A completion's one text prompt counted by the estimate: most workloads, every request.
+        return [pseudo_token_array(request.prompt) if packed else tokenizer.encode(request.prompt)]
     sequences: list[Sequence[int]] = []
     for prompt in request.server_inputs:
         if prompt.token_ids is not None:

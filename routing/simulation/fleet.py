@@ -189,7 +189,7 @@ class Prepared:
     requests: tuple[Request, ...]
     prompt_lens: tuple[int, ...]
     output_lens: tuple[int, ...]
-    keys: tuple[tuple[int, ...], ...]
+    keys: tuple[Sequence[int], ...]
     block_size: int
     hash_plan: HashPlan | None = None
     picker_hashes: tuple[Sequence[Sequence[int]], ...] = ()
@@ -206,7 +206,7 @@ def prepare(requests: Sequence[Request], output_lens: Sequence[int], tokenizer: 
                                      "(no --rate/--concurrency, no \"at\" times) or split it into one request per "
                                      "prompt")
         lens.append(len(sequences[0]))
-        keys.append(tuple(server_block_keys(sequences[0], block_size)))
+        keys.append(server_block_keys(sequences[0], block_size))
         if hash_plan is not None:
             hashes.append(hash_plan.hashes(request))
     return Prepared(tuple(requests), tuple(lens), tuple(output_lens), tuple(keys), block_size, hash_plan, tuple(hashes))

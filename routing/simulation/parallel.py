@@ -1,10 +1,11 @@
-"""Two independent computations at once: one in this process, the other in a forked child.
+"""Independent computations at once, in forked children.
 
 `predict` under load replays one workload onto two fleets (the picker's and round-robin's)
 that share nothing but their inputs. On a machine with a second core the round-robin fleet
-runs in a child forked for it, so a large prediction takes about as long as its slower fleet.
-A fork inherits the inputs as they are (nothing is pickled on the way in); only the child's
-result comes back, pickled through a pipe.
+runs in a child forked for it (`run_beside`), so a large prediction takes about as long as its
+slower fleet. A sweep's settings are independent too: `map_in_order` spreads them over a child
+per core. A fork inherits the inputs as they are (nothing is pickled on the way in); only the
+children's results come back, pickled through a pipe.
 """
 
 from __future__ import annotations
@@ -13,10 +14,17 @@ import multiprocessing
 import os
 import pickle
 import threading
-from typing import Callable, TypeVar
+from typing import Callable, Iterator, Sequence, TypeVar
 
 Here = TypeVar("Here")
 Beside = TypeVar("Beside")
+Item = TypeVar("Item")
+Result = TypeVar("Result")
+
+
+def cores() -> int:
+    """The cores this process may run on."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
 
 
 def can_fork() -> bool:
@@ -25,8 +33,32 @@ def can_fork() -> bool:
     have children), and it runs no other thread (a fork copies only the calling one)."""
     if "fork" not in multiprocessing.get_all_start_methods():
         return False
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    return cores > 1 and not multiprocessing.current_process().daemon and threading.active_count() == 1
+    return cores() > 1 and not multiprocessing.current_process().daemon and threading.active_count() == 1
+
+
+# What the pool's children compute: set before they are forked, so they inherit it as it is.
+_task: Callable | None = None
+_items: Sequence = ()
+
+
+def _run_task(index: int) -> object:
+    return _task(_items[index])
+
+
+def map_in_order(compute: Callable[[Item], Result], items: Sequence[Item], *, parallel: bool) -> Iterator[Result]:
+    """`compute` of each item, yielded in the items' order as each is done: in a forked child
+    per core when `parallel` and `can_fork()`, else here. An error is raised here, as if
+    `compute` had run here."""
+    global _task, _items
+    if not (parallel and can_fork() and len(items) > 1):
+        yield from map(compute, items)
+        return
+    _task, _items = compute, items
+    try:
+        with multiprocessing.get_context("fork").Pool(min(cores(), len(items))) as pool:
+            yield from pool.imap(_run_task, range(len(items)))
+    finally:
+        _task, _items = None, ()
 
 
 def run_beside(here: Callable[[], Here], beside: Callable[[], Beside], *, parallel: bool) -> tuple[Here, Beside]:

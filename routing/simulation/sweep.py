@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Callable, Mapping, Sequence, TextIO
 
 from routing.simulation.latency import percentile
+from routing.simulation.parallel import map_in_order
 from routing.simulation.prediction import Prediction
 from routing.tables import percent
 from settings import WEIGHT_NAMES
@@ -299,13 +300,18 @@ def cautions(advice: Advice, *, default_latency: bool) -> list[str]:
 
 def sweep(grid: Mapping[str, Sequence[int]], evaluate: Callable[[Mapping[str, int]], SettingResult],
           out: TextIO) -> list[SettingResult]:
-    """Evaluates every setting of `grid`, printing progress (count, elapsed, time left) to `out`."""
+    """Evaluates every setting of `grid`, printing progress (count, elapsed, time left) to `out`.
+
+    The first setting runs here: it computes what every setting shares (the workload tokenized,
+    round-robin's fleet and the best case, per seed; see prediction.Baseline). The others then
+    run on every core, each in a child forked with that shared work done."""
     names = list(grid)
     settings = [dict(zip(names, values)) for values in itertools.product(*(grid[name] for name in names))]
     results = []
     started = time.monotonic()
-    for number, setting in enumerate(settings, start=1):
-        results.append(evaluate(setting))
+    evaluated = itertools.chain([evaluate(settings[0])], map_in_order(evaluate, settings[1:], parallel=True))
+    for number, (setting, result) in enumerate(zip(settings, evaluated), start=1):
+        results.append(result)
         elapsed = time.monotonic() - started
         left = elapsed / number * (len(settings) - number)
         label = ",".join(f"{name}={value_text(value)}" for name, value in setting.items())

@@ -753,18 +753,21 @@ def test_the_engines_part_of_ttft_is_what_vllm_reports_per_request_scheduled_to_
     assert engine == pytest.approx([first, second])
 
 
-def test_a_sweep_under_load_replays_round_robin_once_per_seed_with_the_same_figures(capsys, monkeypatch):
-    replays = []
+def test_a_sweep_under_load_replays_round_robin_once_per_seed_with_the_same_figures(capsys, monkeypatch, tmp_path):
+    # Settings after the first run in forked children: each replay, wherever it runs, adds a line.
+    log = tmp_path / "replays"
     real_replay = prediction_module.simulate_under_load
 
     def counting(prepared, plan, fleet, **options):
-        replays.append("picker" if fleet.reads_metrics else "round-robin")
+        with log.open("a") as lines:
+            lines.write(("picker" if fleet.reads_metrics else "round-robin") + "\n")
         return real_replay(prepared, plan, fleet, **options)
 
     monkeypatch.setattr(prediction_module, "simulate_under_load", counting)
     argv = ("--pods", "2", "--workload", "seed-shared", "--concurrency", "3", "--seed", "5", "--runs", "2")
     status, out, err = run_cli(*argv, "--sweep", "prefix=0..2", "--json", capsys=capsys)
     assert status == 0
+    replays = log.read_text().split()
     assert replays.count("round-robin") == 2 and replays.count("picker") == 6
     swept = {setting["weights"]["prefix"]: setting for setting in json.loads(out)["settings"]}
 

@@ -3,13 +3,16 @@ cautions above the deploy lines when the edge is noise or TTFT is not measured; 
 
 from __future__ import annotations
 
+import io
 import json
+import os
 
 import pytest
 from test_predict import run_cli
 
 from routing.simulation import predict as predict_command, prediction as prediction_module, sweep
 from routing.simulation.latency import EngineLimits, LatencyModel, LatencyProfile
+from routing.simulation.parallel import can_fork
 
 
 def result(hit_rate: float, ttft_p95: float, imbalance: float, *runs: tuple[float, float, float],
@@ -176,3 +179,26 @@ def test_a_plot_that_fails_after_the_sweep_keeps_the_results_and_says_why_in_one
     assert status == 1
     assert "pulumi config set" in out and "Heat map written" not in out
     assert err.splitlines()[-1].startswith(f"predict: --plot {folder / 'sweep.png'}: the heat map could not be written")
+
+
+# -- every core ---------------------------------------------------------------------------------------
+
+def test_settings_after_the_first_run_in_forked_children_and_come_back_in_order():
+    def evaluate(setting):
+        return sweep.SettingResult(setting, os.getpid(), (0.0, 0.0), 0.0, 0.0)
+
+    results = sweep.sweep({"prefix": range(5), "queue": range(2)}, evaluate, io.StringIO())
+    assert [dict(r.setting) for r in results] == [{"prefix": p, "queue": q} for p in range(5) for q in range(2)]
+    assert results[0].hit_rate == os.getpid()
+    children = {r.hit_rate for r in results[1:]}
+    assert (os.getpid() not in children) == can_fork()
+
+
+def test_an_error_in_a_child_is_raised_here():
+    def evaluate(setting):
+        if setting["prefix"] == 3:
+            raise ValueError("prefix=3 needs more KV blocks than a pod has")
+        return sweep.SettingResult(setting, 0.5, (0.5, 0.5), 0.0, 0.0)
+
+    with pytest.raises(ValueError, match="more KV blocks"):
+        sweep.sweep({"prefix": range(5)}, evaluate, io.StringIO())
