@@ -10,6 +10,7 @@ children's results come back, pickled through a pipe.
 
 from __future__ import annotations
 
+import gc
 import multiprocessing
 import os
 import pickle
@@ -54,10 +55,14 @@ def map_in_order(compute: Callable[[Item], Result], items: Sequence[Item], *, pa
         yield from map(compute, items)
         return
     _task, _items = compute, items
+    # The children share this process's objects until they write to them: a collection walking
+    # them all would copy every page in every child, so what exists now is left out of it.
+    gc.freeze()
     try:
         with multiprocessing.get_context("fork").Pool(min(cores(), len(items))) as pool:
             yield from pool.imap(_run_task, range(len(items)))
     finally:
+        gc.unfreeze()
         _task, _items = None, ()
 
 
