@@ -27,7 +27,7 @@ from typing import Any, Mapping, Sequence
 from routing.options import (OptionError, add_model_options, load_stack_model, positive_int, positive_rate,
                              positive_seconds, routing_option, weights_option)
 from routing.picker.endpoint_picker import (DEFAULT_PICKER_VERSION, PICKER_VERSIONS, FilterOutcome, PickerConfigError,
-                                            Request)
+                                            Request, with_default_weights)
 from routing.picker.prefix import EstimateTokenizer, HFTokenizerFile, Tokenizer, TokenizerFileError
 from routing.simulation import sweep
 from routing.simulation.fleet import (DEFAULT_BLOCK_SIZE, DEFAULT_CAPACITY_BLOCKS, DEFAULT_SCRAPE_INTERVAL,
@@ -123,6 +123,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                          help="with --sweep: what the best setting maximises (hit-rate, the default) or minimises "
                               "(ttft-p95, balance)")
     advisor.add_argument("--plot", metavar="FILE.png", help="with --sweep: write a heat map of the results")
+    parser.add_argument("--compare", action="store_true",
+                        help="set what --weights, --routing or --replicas propose beside what the stack deploys "
+                             "(with --pods: the default weights), figure by figure, in one table")
     parser.add_argument("--json", action="store_true", help="print the prediction as JSON")
     parser.set_defaults(func=run)
 
@@ -144,6 +147,8 @@ class _Target:
     # holds them (False: --routing gave them, so deploying them needs the recipe line too).
     sticky: Mapping[str, int | float] | None = None
     sticky_from_stack: bool = False
+    # Why the stack cannot deploy what is predicted (None: it can), said instead of config lines.
+    undeployable: str | None = None
 
 
 def _target(args: argparse.Namespace) -> _Target:
@@ -218,9 +223,16 @@ def _recipe_target(args: argparse.Namespace, found: Any, index: int, caveats: tu
                            "drop --weights, or add --routing weights to predict the weights recipe")
     from_stack = model.routing.recipe == "sticky"
     sticky = {**(model.routing.parameters if from_stack else {}), **parameters}
+    undeployable = None
+    if found.settings.gateway.implementation == "hyperpod":
+        undeployable = (f"stack {args.stack} runs HyperPod's gateway, which takes scorer weights only: `pulumi up` "
+                        "refuses routing.recipe sticky there. This predicts the recipe as the open-source llm-d router "
+                        "runs it (gateway.implementation llm-d, the eks platform); on HyperPod, put its plugins in a "
+                        "models[].pickerConfigMap.file")
+        caveats += (undeployable,)
     return _Target(title + ", sticky recipe", model.name, model.model, {}, replicas, caveats,
                    found.settings.picker_replicas(model), f"models[{index}].routing", sticky=sticky,
-                   sticky_from_stack=from_stack and not parameters)
+                   sticky_from_stack=from_stack and not parameters, undeployable=undeployable)
 
 
 def _sticky_picker(target: _Target, profile: LatencyProfile | None, notes: list[str]) -> _Target:
@@ -258,8 +270,12 @@ class _Setup:
     picker_replicas: int
     notes: tuple[str, ...] = field(default=())
     weight_changes: tuple[WeightChange, ...] = ()
-    # Per seed, the first prediction's Baseline: only the weights differ between this setup's runs.
-    baselines: dict[int, Baseline] = field(default_factory=dict, compare=False, repr=False)
+    # What runs today, to set beside what is predicted (--compare, the sweep's advice): the
+    # stack's model as its file configures it, or with --pods the picker's default weights.
+    deployed: _Target | None = None
+    # Per seed and pod count, the first prediction's Baseline: the picker alone differs between
+    # predictions that share them.
+    baselines: dict[tuple[int, int], Baseline] = field(default_factory=dict, compare=False, repr=False)
 
     def load(self, args: argparse.Namespace, seed: int) -> Load | None:
         plan = plan_load(self.arrivals, rate=args.rate, concurrency=args.concurrency, seed=seed,
@@ -270,18 +286,35 @@ class _Setup:
                     args.scrape_interval, args.send_spacing or 0.0)
 
     def predict(self, args: argparse.Namespace, weights: Mapping[str, int], seed: int,
-                explain: int | None = None, picker_config: EndpointPickerConfig | None = None) -> Prediction:
-        prediction = run_prediction(self.requests, weights=weights, replicas=self.target.replicas,
-                                    pod_prefix=self.target.pod_prefix, block_size=self.block_size,
+                explain: int | None = None, picker_config: EndpointPickerConfig | None = None,
+                target: _Target | None = None) -> Prediction:
+        """A prediction of `target` (default: the setup's) with `weights` or `picker_config`."""
+        target = target or self.target
+        baseline_key = (seed, target.replicas)
+        prediction = run_prediction(self.requests, weights=weights, replicas=target.replicas,
+                                    pod_prefix=target.pod_prefix, block_size=self.block_size,
                                     capacity_blocks=self.capacity_blocks, tokenizer=self.tokenizer, seed=seed,
                                     load=self.load(args, seed), latency=self.latency, limits=self.limits,
                                     picker_replicas=self.picker_replicas, explain=explain,
-                                    picker_config=picker_config or self.target.picker_config,
-                                    baseline=self.baselines.get(seed),
+                                    picker_config=picker_config or target.picker_config,
+                                    baseline=self.baselines.get(baseline_key),
                                     picker_version=args.picker_version)
         if prediction.baseline is not None:
-            self.baselines.setdefault(seed, prediction.baseline)
+            self.baselines.setdefault(baseline_key, prediction.baseline)
         return prediction
+
+    def predict_deployed(self, args: argparse.Namespace, seed: int) -> Prediction:
+        return self.predict(args, self.deployed.weights, seed, target=self.deployed)
+
+
+def _deployed_target(args: argparse.Namespace, profile: LatencyProfile | None) -> _Target:
+    """What runs today: the stack's model as its file configures it (no --weights, --routing or
+    --replicas), or with --pods the picker's default weights on as many pods."""
+    unchanged = argparse.Namespace(**{**vars(args), "weights": None, "routing": None, "replicas": None})
+    deployed = _target(unchanged)
+    if deployed.sticky is not None:
+        deployed = _sticky_picker(deployed, profile, [])
+    return deployed
 
 
 def _setup(args: argparse.Namespace) -> _Setup:
@@ -325,8 +358,9 @@ def _setup(args: argparse.Namespace) -> _Setup:
     if replicas > 1:
         notes.append(f"{replicas} picker replicas: each request goes to one at random, each has its own prefix index "
                      "(if only an elected leader takes traffic, use --picker-replicas 1)")
+    deployed = _deployed_target(args, profile) if args.sweep or args.compare else None
     return _Setup(target, arrivals, tuple(arrival.request for arrival in arrivals), tokenizer, block_size, capacity,
-                  latency, limits, replicas, tuple(notes), changes)
+                  latency, limits, replicas, tuple(notes), changes, deployed)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -349,10 +383,13 @@ def run(args: argparse.Namespace) -> int:
             raise PredictError(f"--explain {args.explain}: shows one setting's pick and --sweep predicts many; drop "
                                "--sweep, and give the setting to explain with --weights NAME=N,...")
         _check_sweep(args, setup)
+        if args.compare:
+            _check_compare(args)
         if args.sweep:
             return _run_sweep(args, setup, seed)
         predictions = [setup.predict(args, setup.target.weights, seed + run, args.explain if run == 0 else None)
                        for run in range(args.runs)]
+        deployed = [setup.predict_deployed(args, seed + run) for run in range(args.runs)] if args.compare else []
     except (OptionError, PredictError, WorkloadError, PickerConfigError, TokenizerFileError, ProfileError) as error:
         print(f"predict: {error}", file=sys.stderr)
         return 2
@@ -365,9 +402,16 @@ def run(args: argparse.Namespace) -> int:
             result["spread"] = spread_json(predictions)
         if args.explain is not None:
             result["explain"] = explanation_json(first)
+        if deployed:
+            result["deployed"] = {**deployed[0].to_json(), **({"spread": spread_json(deployed)} if args.runs > 1 else {})}
         print(json.dumps(result, indent=2))
         for note in notes:
             print(f"predict: {note}", file=sys.stderr)
+        return 0
+    if deployed:
+        print(format_comparison(deployed, predictions, deployed_label=_deployed_text(args, setup.deployed),
+                                proposed_label=_proposed_text(args, setup.target), notes=notes,
+                                workload=f"{args.workload} ({len(setup.requests)} requests)"))
         return 0
     print(format_prediction(first, target=setup.target, workload=args.workload, requests=len(setup.requests),
                             block_size=setup.block_size, notes=notes,
@@ -378,6 +422,32 @@ def run(args: argparse.Namespace) -> int:
     if args.explain is not None:
         print("\n" + format_explanation(first))
     return 0
+
+
+def _check_compare(args: argparse.Namespace) -> None:
+    if args.sweep:
+        raise PredictError("--compare with --sweep: a sweep sets the deployed setting beside its own already; drop "
+                           "--compare")
+    if args.explain is not None:
+        raise PredictError(f"--compare with --explain {args.explain}: explain one setting's pick without --compare")
+    if args.weights is None and args.routing is None and args.replicas is None:
+        raise PredictError("--compare: nothing is proposed beside what runs; give --weights, --routing or --replicas, "
+                           "e.g. --compare --replicas 3")
+
+
+def _proposed_text(args: argparse.Namespace, target: _Target) -> str:
+    changes = []
+    if args.weights:
+        changes.append("--weights " + ",".join(f"{name}={value}" for name, value in args.weights.items()))
+    if args.routing:
+        recipe, parameters = args.routing
+        changes.append("--routing " + ",".join([recipe, *(f"{name}={sweep.value_text(value)}"
+                                                         for name, value in parameters.items())]))
+    if args.replicas is not None:
+        changes.append(f"--replicas {args.replicas}")
+    what = ("the sticky recipe" if target.sticky is not None else
+            "weights " + " ".join(f"{name}={value}" for name, value in with_default_weights(target.weights).items()))
+    return f"{what}, {target.replicas} pods ({', '.join(changes)})"
 
 
 def _check_sweep(args: argparse.Namespace, setup: _Setup) -> None:
@@ -414,19 +484,27 @@ def _run_sweep(args: argparse.Namespace, setup: _Setup, seed: int) -> int:
             predictions = [setup.predict(args, {**base, **setting}, seed + run) for run in range(args.runs)]
         return sweep.summarise(setting, predictions)
 
+    # What runs today, on the same seeds: first, so the settings after it share its baselines.
+    deployed_predictions = [setup.predict_deployed(args, seed + run) for run in range(args.runs)]
+    deployed = sweep.summarise(_deployed_values(setup.deployed, grid), deployed_predictions)
     objective = args.objective or sweep.DEFAULT_OBJECTIVE
     results = sweep.sweep(grid, evaluate, sys.stderr)
-    advice = sweep.advise(results, objective)
+    advice = sweep.advise(results, objective, deployed)
+    verdict = sweep.verdict(advice, deployed, requests=len(setup.requests),
+                            idle_pods=not deployed_predictions[0].under_load)
     default_latency = args.latency_profile is None
     cautions = sweep.cautions(advice, default_latency=default_latency)
     if sticky is not None:
-        deployed = {} if setup.target.sticky_from_stack else {"recipe": "sticky", **sticky}
-        commands = sweep.config_lines(advice.best, setup.target.config_path, args.stack, deployed)
+        unsaved = {} if setup.target.sticky_from_stack else {"recipe": "sticky", **sticky}
+        commands = sweep.config_lines(advice.best, setup.target.config_path, args.stack, unsaved)
     else:
         commands = sweep.config_lines(advice.best, setup.target.config_path, args.stack, args.weights)
+    if not verdict.change or setup.target.undeployable:
+        commands = []
     if args.json:
-        print(json.dumps({**advice.to_json(), "defaultLatency": default_latency, "cautions": cautions,
-                          "pulumi": commands, "settings": [r.to_json() for r in results]}, indent=2))
+        print(json.dumps({**advice.to_json(), **verdict.to_json(), "undeployable": setup.target.undeployable,
+                          "defaultLatency": default_latency, "cautions": cautions, "pulumi": commands,
+                          "settings": [r.to_json() for r in results]}, indent=2))
         return _write_heat_map(args, setup, results, advice)
     held = {name: value for name, value in (sticky if sticky is not None else base).items()
             if name not in grid and value}
@@ -437,20 +515,44 @@ def _run_sweep(args: argparse.Namespace, setup: _Setup, seed: int) -> int:
     for note in setup.notes:
         print(f"  {note}")
     print("  imbalance: the busiest pod's requests over the mean, less 1 (0 = an even split)")
-    print("  front (*): no other setting is as good on every figure and better on one; the best is one of these\n")
-    print(sweep.format_table(results, advice, args.runs))
+    print("  front (*): no other setting is as good on every figure and better on one; the best is one of these")
+    print(f"  deployed: {_deployed_text(args, setup.deployed)}\n")
+    print(sweep.format_table(results, advice, args.runs, deployed))
     # The cautions come before the lines a reader would paste.
-    print(f"\nBest for {objective}: {sweep.describe(advice.best)}." + ("" if cautions else " To deploy it:"))
+    print(f"\nBest for {objective}: {sweep.describe(advice.best)}.")
+    print(f"Deployed: {sweep.describe(deployed)}.")
     for caution in cautions:
         print(caution)
-    if cautions:
-        print("To deploy it:")
+    if setup.target.undeployable:
+        print(f"Not deployable on this stack: {setup.target.undeployable}.")
+    elif verdict.change:
+        print(f"Recommended: {verdict.reason}. To deploy it:")
+    else:
+        print(f"No change recommended: {verdict.reason}.")
     for command in commands:
         print(f"  {command}")
     status = _write_heat_map(args, setup, results, advice)
     if args.plot and status == 0:
         print(f"Heat map written to {args.plot}")
     return status
+
+
+def _deployed_values(deployed: _Target, grid: Mapping[str, Sequence[int | float]]) -> dict[str, int | float]:
+    """The deployed setting's value of each swept name it has: a weight (the default profile's
+    when the stack sets none) or a sticky-recipe parameter (upstream's default when unset)."""
+    if deployed.sticky is not None:
+        return {name: deployed.sticky.get(name, STICKY_PARAMETERS[name]) for name in grid if name in STICKY_PARAMETERS}
+    if deployed.picker_config is not None:
+        return {}
+    weights = with_default_weights(deployed.weights)
+    return {name: weights.get(name, 0) for name in grid if name not in STICKY_PARAMETERS}
+
+
+def _deployed_text(args: argparse.Namespace, deployed: _Target) -> str:
+    what = ("the sticky recipe" if deployed.sticky is not None else
+            "weights " + " ".join(f"{name}={value}" for name, value in with_default_weights(deployed.weights).items()))
+    where = f"stack {args.stack} as its file sets it" if args.stack else "no stack: the picker's default weights"
+    return f"{what}, {deployed.replicas} pods ({where})"
 
 
 def _write_heat_map(args: argparse.Namespace, setup: _Setup, results: Sequence[sweep.SettingResult],
@@ -568,6 +670,58 @@ def spread_json(predictions: Sequence[Prediction]) -> dict:
     return {"runs": len(predictions),
             "picker": ranges([_figures(p.picker, p.ttfts[0]) for p in predictions]),
             "roundRobin": ranges([_figures(p.round_robin, p.ttfts[1]) for p in predictions])}
+
+
+def format_comparison(deployed: Sequence[Prediction], proposed: Sequence[Prediction], *, deployed_label: str,
+                      proposed_label: str, notes: Sequence[str], workload: str) -> str:
+    """What runs and what is proposed, figure by figure, each the mean over the runs (with the
+    runs' range when there are several): the picker's hit rate, balance and latency, and
+    round-robin's hit rate on the same pods for reference."""
+
+    def figures(prediction: Prediction) -> dict[str, float | None]:
+        pods = prediction.picker.pods
+        total = max(1, prediction.picker.requests)
+        return {"hit rate": prediction.picker.hit_rate, "busiest pod's share": max(p.requests for p in pods) / total,
+                "TTFT p50": percentile(prediction.ttfts[0], 0.5), "TTFT p95": percentile(prediction.ttfts[0], 0.95),
+                "queue p95": percentile(prediction.queue_times[0], 0.95),
+                "round-robin hit rate": prediction.round_robin.hit_rate}
+
+    shown = {"hit rate": percent, "busiest pod's share": lambda value: f"{value:.0%}",
+             "TTFT p50": lambda value: f"{_ms(value)} ms", "TTFT p95": lambda value: f"{_ms(value)} ms",
+             "queue p95": lambda value: f"{_ms(value)} ms", "round-robin hit rate": percent}
+
+    def cell(predictions: Sequence[Prediction], name: str) -> tuple[str, float | None]:
+        values = [figures(prediction)[name] for prediction in predictions]
+        if any(value is None for value in values):
+            return "-", None
+        mean = sum(values) / len(values)
+        text = shown[name](mean)
+        if len(values) > 1 and min(values) != max(values):
+            text += f" ({shown[name](min(values))}–{shown[name](max(values))})"
+        return text, mean
+
+    under_load = proposed[0].under_load
+    names = [name for name in shown if under_load or name not in ("queue p95",)]
+    rows = []
+    for name in names:
+        (before, old), (after, new) = cell(deployed, name), cell(proposed, name)
+        if old is None or new is None:
+            change = ""
+        elif name in ("hit rate", "round-robin hit rate", "busiest pod's share"):
+            change = f"{(new - old) * 100:+.1f} pt"
+        else:
+            change = f"{(new - old) * 1000:+.1f} ms"
+        rows.append((name, before, after, change))
+    width = [max(len(row[column]) for row in [("", "deployed", "proposed", "change"), *rows]) for column in range(4)]
+    runs = f", mean of {len(proposed)} runs" if len(proposed) > 1 else ""
+    lines = [f"Deployed against proposed: workload {workload}{runs}",
+             f"  deployed: {deployed_label}", f"  proposed: {proposed_label}", *(f"  {note}" for note in notes), "",
+             "  " + "  ".join(f"{header:<{width[0]}}" if column == 0 else f"{header:>{width[column]}}"
+                              for column, header in enumerate(("", "deployed", "proposed", "change")))]
+    for row in rows:
+        lines.append("  " + "  ".join(f"{value:<{width[0]}}" if column == 0 else f"{value:>{width[column]}}"
+                                      for column, value in enumerate(row)))
+    return "\n".join(lines)
 
 
 def format_spread(predictions: Sequence[Prediction], seed: int) -> str:

@@ -205,12 +205,13 @@ def _order(objective: str) -> tuple[Figure, ...]:
     return (first, *(figure for figure in FIGURES if figure is not first))
 
 
-def _ranking(objective: str) -> Callable[[SettingResult], tuple]:
-    """Better first: the figures in `_order`, then the smallest weights (their sum, then the
-    earliest in the sweep), as a setting that adds weight for nothing has no claim to be chosen."""
+def _ranking(objective: str, deployed: Mapping[str, Value] | None = None) -> Callable[[SettingResult], tuple]:
+    """Better first: the figures in `_order`, then the `deployed` setting (a change that gains
+    nothing is no change worth making), then the smallest weights (their sum, then the earliest in
+    the sweep), as a setting that adds weight for nothing has no claim to be chosen."""
     order = _order(objective)
-    return lambda result: (*(figure.cost(result) for figure in order), sum(result.setting.values()),
-                           tuple(result.setting.values()))
+    return lambda result: (*(figure.cost(result) for figure in order), result.setting != deployed,
+                           sum(result.setting.values()), tuple(result.setting.values()))
 
 
 def best_of(results: Sequence[SettingResult], objective: str) -> SettingResult:
@@ -255,9 +256,11 @@ class Advice:
                 "front": [dict(result.setting) for result in self.front]}
 
 
-def advise(results: Sequence[SettingResult], objective: str) -> Advice:
+def advise(results: Sequence[SettingResult], objective: str, deployed: SettingResult | None = None) -> Advice:
+    """The best of `results` for `objective`; among equals the `deployed` setting's values, if one
+    of the results has them."""
     on_front = front(results)
-    ranking = _ranking(objective)
+    ranking = _ranking(objective, None if deployed is None else deployed.setting)
     best = min(on_front, key=ranking)
     rivals = [result for result in on_front if _costs(result) != _costs(best)]
     return Advice(objective, best, tuple(on_front), min(rivals, key=ranking, default=None))
@@ -298,6 +301,63 @@ def cautions(advice: Advice, *, default_latency: bool) -> list[str]:
     return found
 
 
+# Below this many requests a workload says too little about traffic to change a deployed setting
+# for: one request placed elsewhere moves a pod's share by a point or more, and the hit rate a
+# setting reaches differs from one small sample of the traffic to the next by several points.
+MIN_REQUESTS_TO_RECOMMEND = 100
+# The scorers that read load: on a workload whose pods are idle at every pick they score every
+# pod alike, and their weights change nothing there.
+LOAD_WEIGHTS = ("queue", "kvCache", "runningRequests")
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """Whether the sweep's best is worth deploying in place of what runs today, and why (or why not)."""
+
+    deployed: SettingResult
+    change: bool
+    reason: str
+
+    def to_json(self) -> dict:
+        return {"deployed": self.deployed.to_json(), "recommend": self.change, "reason": self.reason}
+
+
+def verdict(advice: Advice, deployed: SettingResult, *, requests: int, idle_pods: bool) -> Verdict:
+    """The best is recommended over the deployed setting only when the workload can tell them
+    apart: enough requests, pods under load where load weights differ, a different result, and an
+    edge on the objective beyond the run-to-run spread. Ties go to the deployed setting.
+    `idle_pods`: the workload's pods are idle at every pick (a serial replay)."""
+    figure, best = OBJECTIVES[advice.objective], advice.best
+
+    def keep(reason: str) -> Verdict:
+        return Verdict(deployed, False, reason)
+
+    if requests < MIN_REQUESTS_TO_RECOMMEND:
+        return keep(f"the workload has {requests} requests, too few to tell settings apart (a recommendation needs "
+                    f"at least {MIN_REQUESTS_TO_RECOMMEND}; a sample of your traffic of thousands says more)")
+    changed = {name for name, value in best.setting.items() if deployed.setting.get(name) != value}
+    if idle_pods and changed and changed <= set(LOAD_WEIGHTS):
+        return keep(f"the replay is serial, so every pick sees idle pods and the load scorers ({', '.join(sorted(changed))}) "
+                    "score them alike; sweep their weights under load (--concurrency or --rate)")
+    if _costs(best) == _costs(deployed):
+        return keep("the deployed setting does as well as the best on every figure; ties go to it")
+    shown, deployed_shown = figure.shown(best), figure.shown(deployed)
+    if figure.cost(best) >= figure.cost(deployed):
+        return keep(f"the best does no better than the deployed setting on {figure.name} ({figure.text(shown)} against "
+                    f"{figure.text(deployed_shown)}); ties go to the deployed setting")
+    gap = figure.text(abs(shown - deployed_shown))
+    if len(best.runs) < 2 or len(deployed.runs) < 2:
+        return keep(f"the best is {gap} better on {figure.name} in one run, and one run says nothing of how far runs "
+                    "spread: sweep again with --runs 3 before changing what is deployed")
+    (low, high), (deployed_low, deployed_high) = best.spread(figure), deployed.spread(figure)
+    ranges = f"{figure.text(low)}–{figure.text(high)} against {figure.text(deployed_low)}–{figure.text(deployed_high)}"
+    if max(low, deployed_low) <= min(high, deployed_high):
+        return keep(f"the best's edge over the deployed setting ({gap} on {figure.name}) is within the run-to-run "
+                    f"spread: over {len(best.runs)} runs their ranges overlap ({ranges})")
+    return Verdict(deployed, True, f"{gap} better on {figure.name} than the deployed setting, beyond the run-to-run "
+                                   f"spread ({ranges} over {len(best.runs)} runs)")
+
+
 def sweep(grid: Mapping[str, Sequence[int]], evaluate: Callable[[Mapping[str, int]], SettingResult],
           out: TextIO) -> list[SettingResult]:
     """Evaluates every setting of `grid`, printing progress (count, elapsed, time left) to `out`.
@@ -309,29 +369,46 @@ def sweep(grid: Mapping[str, Sequence[int]], evaluate: Callable[[Mapping[str, in
     settings = [dict(zip(names, values)) for values in itertools.product(*(grid[name] for name in names))]
     results = []
     started = time.monotonic()
+    # On a terminal one line is rewritten in place, and wiped at the end so the table stands alone;
+    # elsewhere (a file, a CI log) a line for every tenth of the settings.
+    terminal = out.isatty()
+    every = max(1, len(settings) // 10)
     evaluated = itertools.chain([evaluate(settings[0])], map_in_order(evaluate, settings[1:], parallel=True))
     for number, (setting, result) in enumerate(zip(settings, evaluated), start=1):
         results.append(result)
         elapsed = time.monotonic() - started
         left = elapsed / number * (len(settings) - number)
         label = ",".join(f"{name}={value_text(value)}" for name, value in setting.items())
-        print(f"\rsweep {number}/{len(settings)} ({label}) {elapsed:.0f}s elapsed, ~{left:.0f}s left   ",
-              end="" if number < len(settings) else "\n", file=out, flush=True)
+        progress = f"sweep {number}/{len(settings)} ({label}) {elapsed:.0f}s elapsed, ~{left:.0f}s left"
+        if terminal:
+            print(f"\r{progress}\033[K", end="", file=out, flush=True)
+        elif number % every == 0 or number == len(settings):
+            print(progress, file=out, flush=True)
+    if terminal:
+        print("\r\033[K", end="", file=out, flush=True)
     return results
 
 
-def format_table(results: Sequence[SettingResult], advice: Advice, runs: int) -> str:
+def format_table(results: Sequence[SettingResult], advice: Advice, runs: int,
+                 deployed: SettingResult | None = None) -> str:
+    """The sweep's settings, the deployed one marked among them when it is one of them (the same
+    values, the same predictions), else after them (its values of the swept names; - where it has none)."""
     names = list(results[0].setting)
+    if deployed is not None:
+        deployed = next((result for result in results
+                         if result.setting == deployed.setting and result.runs == deployed.runs), deployed)
     on_front = {id(result) for result in advice.front}
     spread = "  hit rate range" if runs > 1 else ""
     widths = [max(7, len(name)) for name in names]
     lines = ["  ".join(f"{name:>{width}}" for name, width in zip(names, widths))
              + f"  {'hit rate':>8}  {'TTFT p95':>9}  {'imbalance':>9}  {'front':>5}{spread}"]
-    for result in results:
-        cells = "  ".join(f"{value_text(result.setting[name]):>{width}}" for name, width in zip(names, widths))
+    for result in [*results, *([deployed] if deployed is not None and deployed not in results else [])]:
+        cells = "  ".join(f"{value_text(result.setting[name]) if name in result.setting else '-':>{width}}"
+                          for name, width in zip(names, widths))
         low, high = result.hit_rate_range
         extra = f"  {percent(low)}–{percent(high)}" if runs > 1 else ""
-        marker = "  <- best" if result is advice.best else ""
+        marks = [label for label, chosen in (("best", advice.best), ("deployed", deployed)) if result is chosen]
+        marker = f"  <- {', '.join(marks)}" if marks else ""
         lines.append(f"{cells}  {percent(result.hit_rate):>8}  {result.ttft_p95 * 1000:>7.1f}ms  "
                      f"{result.imbalance:>9.2f}  {'*' if id(result) in on_front else '':>5}{extra}{marker}")
     return "\n".join(lines)

@@ -3,6 +3,9 @@
 import json
 from pathlib import Path
 
+import pytest
+from test_predict import run_cli
+
 from routing import __main__ as cli
 from tests.test_settings_hyperpod import PICKER_CONFIG
 
@@ -62,3 +65,33 @@ def test_predict_names_the_vllm_release_it_models_and_flags_a_model_image_of_ano
     assert cli.main(["predict", "--stack", "older", "--stacks-dir", str(tmp_path), *args]) == 0
     out = capsys.readouterr().out
     assert "the model's image vllm/vllm-openai:v0.11.0 runs vLLM 0.11" in out and "model vLLM 0.32" in out
+
+
+# -- --compare: what is proposed beside what runs ----------------------------------------------------
+
+def test_compare_sets_more_replicas_beside_the_stacks_two_in_one_table(capsys):
+    argv = ("--stack", "dev", "--model", "qwen-small", "--workload", "examples/trace.jsonl", "--concurrency", "8",
+            "--seed", "1", "--replicas", "3", "--compare")
+    status, out, _ = run_cli(*argv, capsys=capsys)
+    assert status == 0
+    lines = out.splitlines()
+    assert "deployed: weights queue=2 kvCache=2 prefix=3, 2 pods (stack dev as its file sets it)" in out
+    assert "proposed: weights queue=2 kvCache=2 prefix=3, 3 pods (--replicas 3)" in out
+    header = next(line for line in lines if line.split() == ["deployed", "proposed", "change"])
+    rows = [line.strip().split("  ")[0] for line in lines[lines.index(header) + 1:]]
+    assert rows == ["hit rate", "busiest pod's share", "TTFT p50", "TTFT p95", "queue p95", "round-robin hit rate"]
+    status, out, _ = run_cli(*argv, "--json", capsys=capsys)
+    report = json.loads(out)
+    assert len(report["pods"]) == 3 and len(report["deployed"]["pods"]) == 2
+    # The deployed column is the stack's prediction, figure for figure.
+    status, alone, _ = run_cli(*argv[:-3], "--json", capsys=capsys)
+    assert report["deployed"]["hitRate"] == json.loads(alone)["hitRate"]
+
+
+@pytest.mark.parametrize("extra, message", [
+    ((), "--compare: nothing is proposed beside what runs; give --weights, --routing or --replicas"),
+    (("--weights", "prefix=0", "--sweep", "queue=0..1"), "--compare with --sweep: a sweep sets the deployed setting"),
+])
+def test_compare_without_a_proposal_or_with_a_sweep_is_refused(capsys, extra, message):
+    status, out, err = run_cli("--stack", "dev", "--model", "qwen-small", "--compare", *extra, capsys=capsys)
+    assert status == 2 and out == "" and message in err
