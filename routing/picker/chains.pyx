@@ -15,6 +15,9 @@ from libc.stdint cimport uint8_t, uint64_t
 cdef enum:
     PSEUDO_TOKEN_BYTES = 4
 
+# What the chains are made as: arrays of 64-bit numbers, as prefix.py makes them.
+cdef array.array _HASHES = array.array("Q")
+
 cdef uint64_t PRIME1 = 11400714785074694791ULL
 cdef uint64_t PRIME2 = 14029467366897019727ULL
 cdef uint64_t PRIME3 = 1609587929392839161ULL
@@ -110,18 +113,18 @@ def picker_block_hashes(str model, token_bytes, Py_ssize_t block_tokens, Py_ssiz
     cdef Py_ssize_t length = len(stream), blocks, block, start
     cdef uint64_t previous
     cdef uint8_t pair[16]
-    hashes = []
     if block_bytes <= 0 or length == 0 or max_blocks <= 0:
-        return hashes
+        return array.clone(_HASHES, 0, False)
     first = (model + cache_salt).encode("utf-8")
     previous = xxh64(first, len(first), 0)
     blocks = min((length + block_bytes - 1) // block_bytes, max_blocks)
+    cdef array.array hashes = array.clone(_HASHES, blocks, False)
     for block in range(blocks):
         start = block * block_bytes
         write64(pair, xxh64(data + start, min(block_bytes, length - start), 0))
         write64(pair + 8, previous)
         previous = xxh64(pair, 16, 0)
-        hashes.append(previous)
+        hashes.data.as_ulonglongs[block] = previous
     return hashes
 
 
@@ -133,14 +136,12 @@ def server_block_keys(tokens, Py_ssize_t block_size):
     cdef const uint8_t* data = packed.data.as_uchars
     cdef Py_ssize_t block_bytes = block_size * packed.ob_descr.itemsize
     cdef Py_ssize_t full = len(packed) * packed.ob_descr.itemsize
-    cdef Py_ssize_t start = 0
+    cdef Py_ssize_t block
     cdef uint64_t previous = 0
-    keys = []
     if block_bytes <= 0:
-        return keys
-    full -= full % block_bytes
-    while start < full:
-        previous = xxh64(data + start, block_bytes, previous)
-        keys.append(previous)
-        start += block_bytes
+        return array.clone(_HASHES, 0, False)
+    cdef array.array keys = array.clone(_HASHES, full // block_bytes, False)
+    for block in range(full // block_bytes):
+        previous = xxh64(data + block * block_bytes, block_bytes, previous)
+        keys.data.as_ulonglongs[block] = previous
     return keys

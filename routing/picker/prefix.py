@@ -31,6 +31,8 @@ MIN_PICKER_BLOCK_TOKENS = 64
 _TWO_LE64 = struct.Struct("<QQ")
 # Unsigned ints of 4 bytes on every platform CPython supports: token IDs and pseudo-tokens fit.
 _TOKEN_TYPECODE = "I"
+# Unsigned ints of 8 bytes: block hashes and keys.
+_HASH_TYPECODE = "Q"
 _LE64 = struct.Struct("<Q")
 
 
@@ -71,8 +73,10 @@ def picker_block_size(configured_tokens: int, reported_by_pod: int | None, auto_
 
 
 def picker_block_hashes(model: str, token_bytes: bytes, block_tokens: int, max_blocks: int,
-                        cache_salt: str = "") -> list[int]:
-    """Chained xxhash64 of each block of pseudo-tokens (LDR prefixhash/hashing.go@v0.10.0).
+                        cache_salt: str = "") -> array:
+    """Chained xxhash64 of each block of pseudo-tokens (LDR prefixhash/hashing.go@v0.10.0), an
+    array of 64-bit numbers ('Q', as every chain here: compact, and read without an int object
+    per block by the compiled core).
 
     h0 = xxh64(model ‖ cache_salt); h_i = xxh64(le64(xxh64(block_i bytes)) ‖ le64(h_{i-1})).
     The final partial block is hashed too (unlike GIE ≤ v1.5, which dropped it), and at most
@@ -83,7 +87,7 @@ def picker_block_hashes(model: str, token_bytes: bytes, block_tokens: int, max_b
     previous = _first_hash(model, cache_salt)
     block_bytes = block_tokens * PSEUDO_TOKEN_BYTES
     end = min(len(token_bytes), max_blocks * block_bytes)
-    hashes = []
+    hashes = array(_HASH_TYPECODE)
     for start in range(0, end, block_bytes):
         previous = digest(pack(digest(token_bytes[start:start + block_bytes]), previous))
         hashes.append(previous)
@@ -96,25 +100,26 @@ def _first_hash(model: str, cache_salt: str) -> int:
     return xxhash.xxh64_intdigest(model.encode("utf-8") + cache_salt.encode("utf-8"))
 
 
-def character_block_hashes(model: str, data: bytes, block_tokens: int, max_blocks: int, cache_salt: str = "") -> list[int]:
+def character_block_hashes(model: str, data: bytes, block_tokens: int, max_blocks: int, cache_salt: str = "") -> array:
     """Pickers before v0.9 (GIE approximateprefix/hashing.go@v1.5.0 hashPrompt): blocks of
     block_tokens x 4 bytes of the request's characters, h0 = xxh64(model ‖ cache_salt),
     h_i = xxh64(block_i bytes ‖ le64(h_{i-1})); the trailing partial block is dropped, so a
     prompt shorter than one block has no hashes."""
     block_bytes = block_tokens * PSEUDO_TOKEN_BYTES
+    hashes = array(_HASH_TYPECODE)
     if block_bytes <= 0:
-        return []
+        return hashes
     previous = _first_hash(model, cache_salt)
     end = min(len(data), max_blocks * block_bytes) // block_bytes * block_bytes
-    hashes = []
     for start in range(0, end, block_bytes):
         previous = xxhash.xxh64_intdigest(data[start:start + block_bytes] + _LE64.pack(previous))
         hashes.append(previous)
     return hashes
 
 
-def server_block_keys(tokens: Sequence[int], block_size: int) -> list[int]:
-    """One key per *full* block of `tokens`, each covering the block and all blocks before it.
+def server_block_keys(tokens: Sequence[int], block_size: int) -> array:
+    """One key per *full* block of `tokens`, each covering the block and all blocks before it
+    (an array of 64-bit numbers, as `picker_block_hashes`).
 
     vLLM caches only full blocks and a block's hash chains its parent's, so two prompts share
     block i's key exactly when they share every token up to the end of block i. Each key is the
@@ -127,7 +132,7 @@ def server_block_keys(tokens: Sequence[int], block_size: int) -> list[int]:
     data = packed.tobytes()
     block_bytes = block_size * packed.itemsize
     digest = xxhash.xxh64_intdigest
-    keys = []
+    keys = array(_HASH_TYPECODE)
     previous = 0
     for start in range(0, len(packed) // block_size * block_bytes, block_bytes):
         previous = digest(data[start:start + block_bytes], previous)

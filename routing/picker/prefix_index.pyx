@@ -8,6 +8,7 @@ bitset over those ids, and each pod's LRU is a doubly linked list of its hashes 
 from hash to list node.
 """
 
+from cpython cimport array
 from cpython.mem cimport PyMem_Free, PyMem_Malloc, PyMem_Realloc
 from libc.stdint cimport int64_t, uint64_t
 from libc.string cimport memset
@@ -200,8 +201,10 @@ cdef class PrefixIndex:
             self.position_pods = pods
         for pod_id in range(pods):
             self.credit[pod_id] = 0
-        for block_hash in hashes:
-            slot = self.holders.get(block_hash)
+        cdef const unsigned long long* raw = _raw_hashes(hashes)
+        cdef Py_ssize_t block
+        for block in range(len(hashes)):
+            slot = self.holders.get(raw[block] if raw is not NULL else hashes[block])
             if slot < 0:
                 break
             for word in range(self.words):
@@ -233,8 +236,10 @@ cdef class PrefixIndex:
         cdef Py_ssize_t limit = self.capacities[pod_id], word = pod_id // 64, slot
         cdef uint64_t bit = (<uint64_t>1) << (pod_id % 64), evicted, block_hash
         cdef int64_t found
-        for item in hashes:
-            block_hash = item
+        cdef const unsigned long long* raw = _raw_hashes(hashes)
+        cdef Py_ssize_t position, count = len(hashes)
+        for position in range(count):
+            block_hash = raw[position] if raw is not NULL else hashes[position]
             if lru.refresh(block_hash):
                 continue
             lru.add(block_hash)
@@ -247,8 +252,8 @@ cdef class PrefixIndex:
                         self.holders.remove(evicted)
                         self.free_slots[self.free_count] = found
                         self.free_count += 1
-        for item in hashes:
-            block_hash = item
+        for position in range(count):
+            block_hash = raw[position] if raw is not NULL else hashes[position]
             found = self.holders.get(block_hash)
             if found < 0:
                 slot = self._new_slot()
@@ -278,3 +283,11 @@ cdef extern from *:
     static inline int count_trailing_zeros(unsigned long long bits) { return __builtin_ctzll(bits); }
     """
     int count_trailing_zeros(unsigned long long bits) nogil
+
+
+cdef inline const unsigned long long* _raw_hashes(hashes) noexcept:
+    """The numbers of an array('Q') of hashes (fleet.prepare makes them so), read in place; NULL
+    for any other sequence, which is indexed as Python objects."""
+    if type(hashes) is array.array and (<array.array>hashes).ob_descr.typecode == b"Q":
+        return (<array.array>hashes).data.as_ulonglongs
+    return NULL

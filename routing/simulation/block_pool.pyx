@@ -10,6 +10,7 @@ generated tokens is marked as having a key of its own but not entered in the tab
 key matches nothing, so engine.py's unique negative key and this mark behave alike.
 """
 
+from cpython cimport array
 from cpython.mem cimport PyMem_Free, PyMem_Malloc
 from libc.stdint cimport int32_t, int64_t, uint64_t
 
@@ -82,8 +83,9 @@ cdef class BlockPool:
         cdef list run = []
         cdef Py_ssize_t position, count = min(limit, len(keys))
         cdef int64_t block
+        cdef const unsigned long long* raw = _raw_keys(keys)
         for position in range(count):
-            block = self.cached.get(keys[position])
+            block = self.cached.get(raw[position] if raw is not NULL else keys[position])
             if block < 0:
                 break
             run.append(block)
@@ -140,6 +142,7 @@ cdef class BlockPool:
         (blocks past the prompt's under keys of their own), unless cached already or the key is."""
         cdef Py_ssize_t position, block, prompt_blocks = len(keys)
         cdef uint64_t key
+        cdef const unsigned long long* raw = _raw_keys(keys)
         for position in range(start, end):
             block = blocks[position]
             if self.keyed[block] != UNKEYED:
@@ -147,7 +150,7 @@ cdef class BlockPool:
             if position >= prompt_blocks:
                 self.keyed[block] = OUTPUT_KEY
                 continue
-            key = keys[position]
+            key = raw[position] if raw is not NULL else keys[position]
             if self.cached.get(key) < 0:
                 self.cached.put(key, block)
                 self.keys[block] = key
@@ -172,3 +175,11 @@ cdef class BlockPool:
         """Each cached prompt key's block (for reports and tests; blocks of generated tokens,
         whose keys match nothing, are left out)."""
         return self.cached.items()
+
+
+cdef inline const unsigned long long* _raw_keys(keys) noexcept:
+    """The numbers of an array('Q') of keys (fleet.prepare makes them so), read in place; NULL
+    for any other sequence, which is indexed as Python objects."""
+    if type(keys) is array.array and (<array.array>keys).ob_descr.typecode == b"Q":
+        return (<array.array>keys).data.as_ulonglongs
+    return NULL
