@@ -26,38 +26,38 @@ cdef class _PrefixProducer:
 
 cdef class _Scorer:
     cdef public object producer
-    cpdef list score(self, request, pods, match)
-    cpdef pre_request(self, chosen, match)
+    cpdef list score(self, request, pods, _MatchInfo match)
+    cpdef pre_request(self, chosen, _MatchInfo match)
 
 
 cdef class _QueueScorer(_Scorer):
-    cpdef list score(self, request, pods, match)
+    cpdef list score(self, request, pods, _MatchInfo match)
 
 
 cdef class _RunningRequestsScorer(_Scorer):
-    cpdef list score(self, request, pods, match)
+    cpdef list score(self, request, pods, _MatchInfo match)
 
 
 cdef class _KvCacheScorer(_Scorer):
-    cpdef list score(self, request, pods, match)
+    cpdef list score(self, request, pods, _MatchInfo match)
 
 
 cdef class _LoraAffinityScorer(_Scorer):
-    cpdef list score(self, request, pods, match)
+    cpdef list score(self, request, pods, _MatchInfo match)
 
 
 cdef class _PrefixScorer(_Scorer):
     cdef public double match_length_weight
     cdef public object match_length_scale_tokens
     @cython.locals(total=Py_ssize_t, weight=double, matched=Py_ssize_t, length=double)
-    cpdef list score(self, request, pods, match)
+    cpdef list score(self, request, pods, _MatchInfo match)
 
 
 cdef class _NoHitLruScorer(_Scorer):
     cdef public Py_ssize_t lru_size
     cdef public object _lru
-    cpdef list score(self, request, pods, match)
-    cpdef pre_request(self, chosen, match)
+    cpdef list score(self, request, pods, _MatchInfo match)
+    cpdef pre_request(self, chosen, _MatchInfo match)
 
 
 cdef class _LoadScorer(_Scorer):
@@ -66,12 +66,12 @@ cdef class _LoadScorer(_Scorer):
 
 cdef class _TokenLoadScorer(_LoadScorer):
     cdef public double queue_threshold_tokens
-    cpdef list score(self, request, pods, match)
+    cpdef list score(self, request, pods, _MatchInfo match)
 
 
 cdef class _ActiveRequestScorer(_LoadScorer):
     cdef public object idle_threshold, max_busy_score
-    cpdef list score(self, request, pods, match)
+    cpdef list score(self, request, pods, _MatchInfo match)
 
 
 cdef class EndpointPicker:
@@ -85,7 +85,7 @@ cdef class EndpointPicker:
 
     cpdef _see(self, request, pods)
     @cython.locals(best=double, chosen_index=Py_ssize_t, totals=list, scores=dict, scored=dict, metrics_scores=dict,
-                   names=list, matches=dict)
+                   names=list, matches=dict, scorer=_Scorer, producer=_PrefixProducer)
     cpdef _pick(self, request, pods, hashed, key, bint decide)
 
 

@@ -897,7 +897,7 @@ class EndpointPicker:
         position = self._position
         first = next(iter(matches.values()), None)
         return Decision(pod=chosen, totals=_ByPod(position, totals),
-                        scores=MappingProxyType({scorer: _ByPod(position, values) for scorer, values in scores.items()}),
+                        scores=MappingProxyType({name: _ByPod(position, values) for name, values in scores.items()}),
                         match_blocks=_ByPod(candidate_position, first.match_blocks) if first else _NO_MATCHES,
                         total_blocks=first.total_blocks if first else 0, weights=self.weights, filters=filters)
 

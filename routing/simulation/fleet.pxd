@@ -10,14 +10,15 @@ cdef class _Scrapes:
 
 
 cdef class _LoadReplay:
-    cdef public object prepared, plan, fleet, explain, rng, explained, arrival, hash_plan, picker_hashes
+    cdef public object prepared, plan, fleet, explain, rng, explained, arrival, hash_plan
+    cdef public tuple picker_hashes, requests, keys, prompt_lens, output_lens
     cdef public NativeEventQueue events
     cdef public object send_order, concurrency, session_of
     cdef public Py_ssize_t count, in_flight, next_planned, last_planned
     cdef public list engines, idle, scrapes, published_metrics, metrics_of, phases, last_read_at, read, fresh_until
     cdef public list sent_at, ttfts, queue_times, hit_tokens, finished_at, placements, picked_by, stepping
     cdef public list planned_at, planned_order, planned_kind, planned_payload
-    cdef public list pickers, planned, ready, freed
+    cdef public list pickers, counts_load, planned, ready, freed
     cdef public dict by_name, turns, deferred
     cdef public set busy_sessions
     cdef public double interval, send_spacing, spaced_until
@@ -35,7 +36,7 @@ cdef class _LoadReplay:
     cpdef start_step(self, Py_ssize_t engine_index, double now)
     @cython.locals(engine=Engine, finished=Py_ssize_t)
     cpdef step_ended(self, Py_ssize_t engine_index, double now)
-    @cython.locals(engine_index=Py_ssize_t)
+    @cython.locals(engine_index=Py_ssize_t, engine=Engine)
     cpdef arrived(self, Py_ssize_t index, double now)
     cpdef sent_as_planned(self, Py_ssize_t first, double now)
     @cython.locals(now=double, kind=Py_ssize_t, payload=Py_ssize_t, events=NativeEventQueue, next_planned=Py_ssize_t,

@@ -380,6 +380,8 @@ class _LoadReplay:
         self.arrival = fleet.latency.arrival_seconds
         self.reads_metrics = fleet.reads_metrics  # round-robin reads none: nothing to publish
         self.hash_plan, self.picker_hashes = prepared.hash_plan, prepared.picker_hashes
+        self.requests, self.keys = prepared.requests, prepared.keys
+        self.prompt_lens, self.output_lens = prepared.prompt_lens, prepared.output_lens
 
         self.sent_at = [0.0] * count
         self.ttfts = [0.0] * count
@@ -398,6 +400,7 @@ class _LoadReplay:
         self.events = _EVENTS()
         self.stepping = [False] * len(engines)
         self.pickers = list(fleet.pickers)
+        self.counts_load = [hasattr(picker, "finished") for picker in self.pickers]
         self.planned: list[tuple[float, int, int, int]] = []
         if fleet.repick is not None:
             self.planned += [(change.at, self.events.next_order(), _WEIGHTS, number)
@@ -455,19 +458,20 @@ class _LoadReplay:
         else:
             seen = self.idle
         picker = self.pickers[replica]
-        keyed = {"key": index} if hasattr(picker, "finished") else {}
-        if keyed:
+        request = self.requests[index]
+        # A stand-in without lifecycle calls (a recording, a test's picker) counts no load and gets no key.
+        counts_load = self.counts_load[replica]
+        if counts_load:
             self.picked_by[index] = picker
-        request = self.prepared.requests[index]
         if index == self.explain:
-            decision = picker.pick(request, seen, **keyed)
+            decision = picker.pick(request, seen, key=index) if counts_load else picker.pick(request, seen)
             self.explained = Explained(index, replica, now, tuple(seen), decision)
             self.placements[index] = decision.pod
         else:
-            picker_hashes = self.picker_hashes
-            self.placements[index] = picker.choose(
-                request, seen, (self.hash_plan, picker_hashes[index]) if picker_hashes else None, **keyed)
-        self.events.push(now + self.arrival(self.prepared.prompt_lens[index]), _ARRIVE, index)
+            hashed = (self.hash_plan, self.picker_hashes[index]) if self.picker_hashes else None
+            self.placements[index] = (picker.choose(request, seen, hashed, key=index) if counts_load
+                                      else picker.choose(request, seen, hashed))
+        self.events.push(now + self.arrival(self.prompt_lens[index]), _ARRIVE, index)
 
     def send_together(self, indexes: list[int], now: float) -> None:
         if len(indexes) > 1:
@@ -553,10 +557,9 @@ class _LoadReplay:
             self.start_step(engine_index, now)
 
     def arrived(self, index: int, now: float) -> None:
-        prepared = self.prepared
         engine_index = self.by_name[self.placements[index]]
-        self.engines[engine_index].add(EngineRequest(index, prepared.prompt_lens[index], prepared.keys[index],
-                                                     prepared.output_lens[index], now))
+        engine = self.engines[engine_index]
+        engine.add(EngineRequest(index, self.prompt_lens[index], self.keys[index], self.output_lens[index], now))
         if not self.stepping[engine_index]:
             self.start_step(engine_index, now)
 
@@ -631,6 +634,7 @@ class _LoadReplay:
                 self.sent_as_planned(payload, now)
             else:
                 self.pickers[:] = self.fleet.repick(plan.weight_changes[payload].weights, payload)
+                self.counts_load = [hasattr(picker, "finished") for picker in self.pickers]
         return now
 
 
