@@ -81,14 +81,24 @@ cdef class BlockPool:
     cpdef list cached_run(self, keys, Py_ssize_t limit):
         """The blocks caching the longest run of `keys` from the first, at most `limit` of them."""
         cdef list run = []
-        cdef Py_ssize_t position, count = min(limit, len(keys))
+        cdef Py_ssize_t position, found, count = min(limit, len(keys))
         cdef int64_t block
         cdef const unsigned long long* raw = _raw_keys(keys)
-        for position in range(count):
-            block = self.cached.get(raw[position] if raw is not NULL else keys[position])
-            if block < 0:
-                break
-            run.append(block)
+        cdef int64_t* blocks
+        if raw is NULL:
+            for position in range(count):
+                block = self.cached.get(keys[position])
+                if block < 0:
+                    break
+                run.append(block)
+            return run
+        blocks = <int64_t*> PyMem_Malloc((count or 1) * sizeof(int64_t))
+        if blocks is NULL:
+            raise MemoryError()
+        found = self.cached.get_run(raw, count, blocks)
+        for position in range(found):
+            run.append(blocks[position])
+        PyMem_Free(blocks)
         return run
 
     cpdef Py_ssize_t unheld(self, list blocks):

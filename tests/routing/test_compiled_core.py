@@ -9,6 +9,7 @@ import os
 import random
 import subprocess
 import sys
+from array import array
 from pathlib import Path
 
 import pytest
@@ -66,8 +67,6 @@ def test_the_pickers_chain_is_upstreams(model, data, block_tokens, max_blocks, s
 @needs_core
 @given(st.lists(st.integers(0, 2 ** 32 - 1), max_size=300), st.integers(1, 40))
 def test_the_servers_keys_chain_xxh64_over_full_blocks(tokens, block_size):
-    from array import array
-
     from routing.picker import chains
 
     data = array("I", tokens).tobytes()
@@ -102,9 +101,10 @@ def test_the_u64_table_does_what_a_dict_does(operations, spread):
     assert table.items() == reference
 
 
-def pool_operations(pool, rng: random.Random, steps: int) -> list:
+def pool_operations(pool, rng: random.Random, steps: int, packed: bool) -> list:
     """A random life of a block pool, as the engine leads it: requests admitted with their cached
-    prefix, extended, cached, finished. Returns what each operation gave back."""
+    prefix, extended, cached, finished. Returns what each operation gave back. `packed`: keys as
+    prepare makes them (an array of 64-bit numbers), else a tuple of ints."""
     held: list[tuple[list[int], tuple[int, ...]]] = []
     prefixes = [tuple(rng.randrange(2 ** 64) for _ in range(6)) for _ in range(5)]
     seen = []
@@ -116,6 +116,7 @@ def pool_operations(pool, rng: random.Random, steps: int) -> list:
             continue
         prefix = rng.choice(prefixes)
         keys = prefix[:rng.randrange(1, 7)] + tuple(rng.randrange(2 ** 64) for _ in range(rng.randrange(3)))
+        keys = array("Q", keys) if packed else keys
         run = pool.cached_run(keys, len(keys) - 1)
         unheld = pool.unheld(run)
         if len(keys) + 1 - len(run) + unheld > pool.free:  # the engine admits only what fits
@@ -131,23 +132,25 @@ def pool_operations(pool, rng: random.Random, steps: int) -> list:
 
 
 @needs_core
-@pytest.mark.parametrize("seed", range(40))
-def test_the_c_block_pool_hands_out_caches_and_evicts_as_the_python_one(seed):
+@pytest.mark.parametrize("seed, packed", [(seed, packed) for seed in range(40) for packed in (False, True)])
+def test_the_c_block_pool_hands_out_caches_and_evicts_as_the_python_one(seed, packed):
     from routing.simulation.block_pool import BlockPool as NativeBlockPool
 
     size = random.Random(seed).randrange(12, 60)
-    assert (pool_operations(NativeBlockPool(size), random.Random(seed), 300)
-            == pool_operations(engine.BlockPool(size), random.Random(seed), 300))
+    assert (pool_operations(NativeBlockPool(size), random.Random(seed), 300, packed)
+            == pool_operations(engine.BlockPool(size), random.Random(seed), 300, packed))
 
 
 def index_operations(index, rng: random.Random, steps: int, pods: int) -> list:
     """A random life of a prefix index: chains of hashes from a few shared prefixes, added for
-    pods with small LRUs (so hashes are evicted) and matched against a random set of candidates."""
+    pods with small LRUs (so hashes are evicted) and matched against a random set of candidates;
+    chains as lists and as arrays of 64-bit numbers (the form prepare makes), at random."""
     names = [f"pod-{number}" for number in range(pods)]
     prefixes = [[rng.randrange(2 ** 64) for _ in range(8)] for _ in range(6)]
     seen = []
     for _ in range(steps):
         hashes = rng.choice(prefixes)[:rng.randrange(9)] + [rng.randrange(2 ** 64) for _ in range(rng.randrange(3))]
+        hashes = array("Q", hashes) if rng.random() < 0.5 else hashes
         if rng.random() < 0.5:
             pod = rng.choice(names)
             index.add(hashes, pod, rng.randrange(1, 12))
