@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import socket
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -70,22 +71,21 @@ def test_chat_completions_and_models_are_proxied(backends):
 
 
 def test_streaming_reaches_the_client_chunk_by_chunk(backends):
+    # The backends send the rest of a stream only once the client has read its first chunk: a
+    # gateway that waited for the whole reply would time the client out instead.
+    read_first = threading.Event()
     for server in backends:
-        server.chunks, server.chunk_delay = 3, 0.4
+        server.hold_after_first_chunk = read_first
     body = {"model": "m", "prompt": "hello", "stream": True}
     with start_gateway(backend_map(backends), seed=1) as gateway:
         request = urllib.request.Request(gateway.url + "/v1/completions", data=json.dumps(body).encode(),
                                          headers={"Content-Type": "application/json"})
-        started = time.monotonic()
         with urllib.request.urlopen(request, timeout=10) as response:
             first_line = response.readline()
-            first_at = time.monotonic() - started
+            read_first.set()
             rest = response.read()
-            total = time.monotonic() - started
     assert first_line.startswith(b"data: {")
-    assert b"data: [DONE]" in rest
-    # The first chunk must not wait for the whole reply (3 chunks 0.4 s apart).
-    assert first_at < 0.6 < total
+    assert rest.count(b"data: {") == 2 and rest.endswith(b"data: [DONE]\n\n")
 
 
 def test_health_reports_each_backend(backends):
@@ -123,20 +123,32 @@ def test_round_robin_alternates(backends):
     assert routed in (["a", "b", "a", "b"], ["b", "a", "b", "a"])
 
 
-def test_backend_with_stale_metrics_is_not_picked(backends):
+def wait_until(condition, what: str, timeout: float = 10.0) -> None:
+    """Poll until `condition()` holds; the timeout is a hang guard, far above what is awaited."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"never happened: {what}"
+        time.sleep(0.01)
+
+
+def test_a_backend_whose_scrapes_fail_is_picked_on_its_last_metrics_until_they_are_stale(backends):
     a, b = backends
-    with start_gateway(backend_map(backends), round_robin=True, staleness=0.5) as gateway:
+    # 30 s: no pause of a loaded machine between b's first failed scrape and the requests reaches it.
+    with start_gateway(backend_map(backends), round_robin=True, staleness=30) as gateway:
         b.metrics_status = 500
-        time.sleep(0.1)
-        # Still within the staleness window: b is a candidate.
-        assert {b_.name for b_ in gateway.gateway.fresh_backends()} == {"a", "b"}
-        time.sleep(0.6)
-        routed = [post(gateway.url + "/v1/completions", {"model": "m", "prompt": "x"}) for _ in range(4)]
+        wait_until(lambda: "500" in gateway.gateway.backends["b"].last_error, "a failed scrape of b")
+        within = [post(gateway.url + "/v1/completions", {"model": "m", "prompt": "x"}) for _ in range(4)]
+    assert sorted(r[1][ROUTED_HEADER] for r in within) == ["a", "a", "b", "b"]
+    b.metrics_status = 200
+    # 1 s: twenty of a's 50 ms scrapes, so a, scraped throughout, stays a candidate while b goes stale.
+    with start_gateway(backend_map(backends), round_robin=True, staleness=1.0) as gateway:
+        b.metrics_status = 500
+        wait_until(lambda: "b" not in {backend.name for backend in gateway.gateway.fresh_backends()}, "b stale")
+        past = [post(gateway.url + "/v1/completions", {"model": "m", "prompt": "x"}) for _ in range(4)]
         status, raw = get(gateway.url + "/health")
-    assert [r[1][ROUTED_HEADER] for r in routed] == ["a"] * 4
-    assert all(r[0] == 200 for r in routed)
+    assert [(r[0], r[1][ROUTED_HEADER]) for r in past] == [(200, "a")] * 4
     health = json.loads(raw)["backends"]["b"]
-    assert not health["fresh"] and "500" in health["lastError"]
+    assert status == 200 and not health["fresh"] and "500" in health["lastError"]
 
 
 def test_no_fresh_backend_is_a_503_that_says_why(backends):
