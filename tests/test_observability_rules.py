@@ -2,8 +2,8 @@
 pass `promtool test rules` unit tests: each fires when it should, and the seed's concentration
 (every shared-prefix request on one pod, the other idle, nothing queued) does not fire.
 
-promtool is Debian's (`apt-get install prometheus`, 2.42); `.ci/run` installs it. Without it these
-tests skip with the reason, unless ROUTING_E2E_REQUIRED=1 (./test.sh's full run) requires them.
+promtool is Debian's (`apt-get install prometheus`, 2.42); `./test.sh` installs it when it may. Without
+it these tests skip with the reason, unless ROUTING_E2E_REQUIRED=1 (./test.sh's full run) requires them.
 """
 
 from __future__ import annotations
