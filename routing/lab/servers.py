@@ -105,6 +105,7 @@ def ready_text(pair: VllmPair, model_dir: Path, size: str, up_after: float) -> s
               f"{shown(server.log_path)})" for server in pair.servers]
     lines += [f"  serving the {size} model ({width} wide, {layers} layers, {shown(model_dir)}) under the name "
               f"{SERVED_MODEL!r}: put \"model\": \"{SERVED_MODEL}\" in request bodies",
+              f"  {tinymodel.GIBBERISH}",
               f"  KV cache: blocks of {pair.block_size} tokens, {pair.capacity_blocks} per server",
               "", f"Next, in another terminal, from {REPO_ROOT}:"]
     for what, command in next_commands(pair, model_dir):

@@ -52,6 +52,8 @@ def test_three_runs_each_on_emptied_caches_with_settled_picks(fakes, tmp_path, c
     servers, stopped = fakes
     code, out, err = run_demo(tmp_path, capsys)
     assert code == 0, out + err
+    assert out.startswith("demo: two vLLM CPU servers of a tiny model built here; the model's replies are gibberish "
+                          "by design: its weights are random")
     assert [s.resets for s in servers] == [3, 3]
     assert out.count("PASS") == 6  # each run's verdict and its summary line
     assert "note: requests" not in out  # every pick waited for both stand-ins to be scraped idle

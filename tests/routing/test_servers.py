@@ -101,6 +101,7 @@ def test_it_prints_the_urls_the_model_name_and_commands_the_real_parsers_take(la
     for name, url in urls.items():
         assert f"  {name}  {url}  (cpu" in out
     assert "under the name 'tiny'" in out
+    assert "  the model's replies are gibberish by design: its weights are random" in out
 
     parsed = [cli.build_parser().parse_args(argv[3:]) for argv in printed_commands(out)]
     assert [args.command for args in parsed] == ["serve", "verify", "predict", "calibrate", "predict"]
