@@ -213,7 +213,10 @@ class VllmServer:
                 "--disable-uvicorn-access-log",
                 # Serves /inference/v1/generate and the render endpoints (off by default), which the
                 # picker routes too: the request-form tests send them through serve.
-                "--enable-scale-out", *self.extra_args]
+                "--enable-scale-out",
+                # Replies say how many prompt tokens were cached (usage.prompt_tokens_details), which
+                # serve logs per request.
+                "--enable-prompt-tokens-details", *self.extra_args]
 
     def environment(self) -> dict[str, str]:
         env = dict(os.environ)

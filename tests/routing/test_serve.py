@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import io
 import json
+import re
 import socket
+import subprocess
+import sys
 import threading
 import time
 import urllib.error
@@ -14,7 +18,9 @@ import pytest
 from fake_http import FakeModelServer
 
 from routing import __main__ as cli
-from routing.live.serve import DECISION_HEADER, EXPLAIN_HEADER, ROUTED_HEADER, STALENESS, Backend, Scrape, start_gateway
+from routing.lab import vllm_server
+from routing.live.serve import (CACHED_TOKENS_HINT, DECISION_HEADER, EXPLAIN_HEADER, ROUTED_HEADER, STALENESS, Backend,
+                                Scrape, start_gateway)
 from routing.metrics import ZERO
 from routing.workloads import seed_shared, seed_unique
 from settings.picker_config import load_endpoint_picker_config
@@ -413,3 +419,73 @@ def test_an_unreadable_picker_config_is_one_line_naming_the_option_and_the_file(
     err = capsys.readouterr().err
     assert err.startswith(f"serve: --picker-config {path}: cannot read it (") and problem in err
     assert err.endswith("pass the path of an EndpointPickerConfig YAML file\n") and err.count("\n") == 1
+
+
+LOG_LINE = re.compile(r"^serve: \d\d:\d\d:\d\d (?P<method>[A-Z]+) (?P<path>\S+) -> (?P<where>[^:]+): (?P<status>\d+|no "
+                      r"reply) in (?P<seconds>\d+\.\d{3})s(?P<rest>.*)$")
+
+
+def logged(log: io.StringIO) -> list[dict]:
+    """The request lines serve wrote to `log`, parsed (the hint on cached tokens left out)."""
+    lines = [line for line in log.getvalue().splitlines() if line != CACHED_TOKENS_HINT]
+    assert all(LOG_LINE.match(line) for line in lines), lines
+    return [LOG_LINE.match(line).groupdict() for line in lines]
+
+
+def test_each_request_is_one_line_naming_the_pod_the_status_and_the_time(backends):
+    log = io.StringIO()
+    with start_gateway(backend_map(backends), seed=1, staleness=30, request_log=log) as gateway:
+        _, headers, _ = post(gateway.url + "/v1/completions", {"model": "m", "prompt": "hello"})
+        post(gateway.url + "/v1/completions", {"prompt": "no model"})
+        get(gateway.url + "/v1/models")
+        get(gateway.url + "/health")  # serve's own page: no pod, no line
+        for server in backends:
+            server.metrics_status = 503
+        gateway.gateway.staleness = 0.2  # 30 s until now, so that no pause of the machine made them stale
+        wait_until(lambda: not gateway.gateway.fresh_backends(), "no fresh backend")
+        post(gateway.url + "/v1/completions", {"model": "m", "prompt": "hello"})
+    lines = logged(log)
+    assert [(line["method"], line["path"], line["where"], line["status"]) for line in lines] == [
+        ("POST", "/v1/completions", headers[ROUTED_HEADER], "200"),
+        ("POST", "/v1/completions", "no pod", "400"),
+        ("GET", "/v1/models", "a (passed through)", "200"),
+        ("POST", "/v1/completions", "no pod", "503")]
+    assert all(float(line["seconds"]) < 30 for line in lines)
+
+
+def test_a_stream_is_logged_once_it_has_ended(backends):
+    read_first = threading.Event()
+    for server in backends:
+        server.hold_after_first_chunk = read_first
+    log = io.StringIO()
+    with start_gateway(backend_map(backends), seed=1, request_log=log) as gateway:
+        request = urllib.request.Request(gateway.url + "/v1/completions", headers={"Content-Type": "application/json"},
+                                         data=json.dumps({"model": "m", "prompt": "hello", "stream": True}).encode())
+        with urllib.request.urlopen(request, timeout=10) as response:
+            response.readline()
+            assert log.getvalue() == ""  # the reply is still coming
+            read_first.set()
+            response.read()
+        wait_until(lambda: log.getvalue(), "the stream's line")
+    (line,) = logged(log)
+    assert (line["status"], line["where"]) == ("200", response.headers[ROUTED_HEADER])
+
+
+def test_serve_prints_a_line_per_request_unless_quiet(backends):
+    lines = []
+    for quiet in ((), ("--quiet",)):
+        port = vllm_server.free_port()
+        command = [sys.executable, "-m", "routing", "serve", "--backend", f"a={backends[0].url}", "--port", str(port),
+                   *quiet]
+        root = Path(__file__).resolve().parents[2]
+        with subprocess.Popen(command, cwd=root, stdout=subprocess.PIPE, text=True) as serve:
+            try:
+                assert "listening on" in serve.stdout.readline() + serve.stdout.readline()
+                wait_until(lambda: get(f"http://127.0.0.1:{port}/health")[0] == 200, "serve up")
+                post(f"http://127.0.0.1:{port}/v1/completions", {"model": "m", "prompt": "hello"})
+            finally:
+                serve.terminate()
+            lines.append(serve.stdout.read().splitlines())
+    shown, quiet = lines
+    assert [LOG_LINE.match(line)["where"] for line in shown if LOG_LINE.match(line)] == ["a"]
+    assert not any(LOG_LINE.match(line) for line in quiet)
