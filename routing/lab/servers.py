@@ -85,8 +85,10 @@ def next_commands(pair: VllmPair, model_dir: Path) -> list[tuple[str, str]]:
     return [
         ("a gateway in front of them that picks as the endpoint picker does (the x-routed-to header names the pick)",
          f"{TOOLKIT} serve {backends} --seed {DEFAULT_SEED}"),
-        ("then, in a third terminal, the seed's shared-prefix batch through it, measured from the servers' counters",
-         f"{TOOLKIT} verify {pods} --gateway-url {SERVE_URL} --model-id {SERVED_MODEL} --expect concentrate"),
+        ("then, in a third terminal, the seed's shared-prefix batch through it on emptied caches (as predict "
+         "starts), measured from the servers' counters",
+         f"{TOOLKIT} verify {pods} --gateway-url {SERVE_URL} --model-id {SERVED_MODEL} --expect concentrate "
+         "--reset-caches"),
         ("what predict says of the same batch, with the servers' tokenizer and block size",
          f"{TOOLKIT} predict --pods 2 --workload seed-shared --seed {DEFAULT_SEED} --tokenizer {tokenizer} "
          f"--block-size {pair.block_size} --capacity-blocks {pair.capacity_blocks}"),

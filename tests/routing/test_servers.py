@@ -109,6 +109,7 @@ def test_it_prints_the_urls_the_model_name_and_commands_the_real_parsers_take(la
     assert dict(serve.backend) == urls
     gateway = f"http://127.0.0.1:{serve.port}"
     assert dict(verify.pod_url) == urls and verify.gateway_url == gateway and verify.model_id == "tiny"
+    assert verify.reset_caches  # run again, it compares with predict's empty caches all the same
     assert (predict_batch.pods, predict_batch.seed, predict_batch.block_size, predict_batch.capacity_blocks) == (
         2, serve.seed, 128, 8192)
     assert dict(calibrate.pod_url) == urls and calibrate.gateway_url == gateway
