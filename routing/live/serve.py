@@ -411,10 +411,17 @@ class RoutingGateway:
                         self.picker.first_chunk(request_key)
                         first = False
                     tail.feed(chunk)
-                    await response.write(chunk)
-                await response.write_eof()
+                    try:
+                        await response.write(chunk)
+                    except ConnectionResetError:  # aiohttp's ClientConnectionResetError: the client's side
+                        request[CUT_SHORT] = "the client went away"
+                        return response
                 if "Content-Encoding" not in upstream.headers:
                     request[USAGE] = tail.usage(upstream.headers.get("Content-Type", ""))
+                try:
+                    await response.write_eof()
+                except ConnectionResetError:
+                    pass  # the client read the whole reply and closed before the end of the chunked body
                 return response
         except (aiohttp.ClientConnectionError, asyncio.TimeoutError) as error:
             if response is not None and response.prepared:

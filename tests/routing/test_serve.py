@@ -471,6 +471,25 @@ def test_a_stream_is_logged_once_it_has_ended(backends):
     assert (line["status"], line["where"]) == ("200", response.headers[ROUTED_HEADER])
 
 
+def test_a_client_that_goes_away_mid_stream_is_logged_as_such_not_as_a_failing_backend(backends):
+    read_first = threading.Event()
+    for server in backends:
+        server.hold_after_first_chunk, server.chunks, server.chunk_delay = read_first, 5, 0.2
+    log = io.StringIO()
+    with start_gateway(backend_map(backends), seed=1, request_log=log) as gateway:
+        with socket.create_connection(("127.0.0.1", gateway.port), timeout=10) as client:
+            body = json.dumps({"model": "m", "prompt": "hello", "stream": True})
+            client.sendall(f"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                           f"Content-Length: {len(body)}\r\n\r\n{body}".encode())
+            received = b""
+            while b"data: {" not in received:  # the headers may come alone first
+                received += client.recv(65536)
+        read_first.set()  # the backend sends the rest to a client that is gone
+        wait_until(lambda: log.getvalue(), "the stream's line")
+    (line,) = logged(log)
+    assert line["status"] == "200" and line["rest"] == ", cut short: the client went away"
+
+
 def test_serve_prints_a_line_per_request_unless_quiet(backends):
     lines = []
     for quiet in ((), ("--quiet",)):
