@@ -25,11 +25,8 @@ if $unit_only; then
 fi
 
 # The observability tests run Debian's Prometheus against the vLLM servers and check the alerts with promtool.
-if ! command -v prometheus >/dev/null || ! command -v promtool >/dev/null; then
-  echo "test.sh: the full run needs Prometheus and promtool: install Debian's package with" \
-       "\`sudo apt-get install prometheus\` (or run ./test.sh --unit, which skips what needs them)" >&2
-  exit 2
-fi
+source .ci/prometheus.sh
+ensure_prometheus || exit 2
 setup_vllm_venv
 export VLLM_PYTHON="$PWD/.venv-vllm/bin/python"
 # vLLM is installed now, so the end-to-end tests must run: a skip would be a failure.

@@ -2,9 +2,9 @@
 pass `promtool test rules` unit tests: each fires when it should, and the seed's concentration
 (every shared-prefix request on one pod, the other idle, nothing queued) does not fire.
 
-promtool is Debian's (`apt-get install prometheus`, 2.42); `.ci/run` and the PR workflow install it.
-Without it these tests skip with the reason, unless the run requires them (CI=true, or
-ROUTING_E2E_REQUIRED=1 in ./test.sh's full run): then they fail.
+promtool is Debian's (`apt-get install prometheus`, 2.42); `./test.sh` installs it when it may, and
+the PR workflow does too. Without it these tests skip with the reason, unless the run requires them
+(CI=true, or ROUTING_E2E_REQUIRED=1 in ./test.sh's full run): then they fail.
 """
 
 from __future__ import annotations

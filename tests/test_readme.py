@@ -97,3 +97,22 @@ def check_parses(argv: list[str], name: str) -> None:
 def test_a_command_with_a_renamed_option_is_caught():
     with pytest.raises(SystemExit):
         check_parses(shlex.split(f"{VENV_PYTHON} -m routing verify --stack dev --no-such-option"), "verify")
+
+
+def test_the_readme_draws_the_request_and_control_paths_with_the_names_and_ports_the_code_deploys():
+    from components.gateway.render import KIND as HYPERPOD_PICKER_CONFIG
+    from components.gateway_api.render import GATEWAY_CLASS
+    from settings import VLLM_PORT
+    from settings.endpoints import PICKER_GRPC_PORT
+    from settings.picker_config import KIND as LLMD_PICKER_CONFIG
+
+    (diagram,) = re.findall(r"```mermaid\n(.*?)```", README.read_text(), re.S)
+    assert diagram.startswith("flowchart ")
+    # The request path, on both platforms: load balancer, gateway proxy, picker, pods.
+    assert f"gRPC :{PICKER_GRPC_PORT}" in diagram and f":{VLLM_PORT}, to the pod picked" in diagram
+    assert f"eks: {GATEWAY_CLASS.capitalize()} · hyperpod: AWS's Envoy" in diagram
+    # The control path: what `pulumi up` turns the weights into, per platform.
+    assert f"eks: {LLMD_PICKER_CONFIG}<br/>hyperpod: {HYPERPOD_PICKER_CONFIG}" in diagram
+    # Where Prometheus, KEDA and the toolkit sit.
+    for part in ("Prometheus", "KEDA", "predict", "verify", "calibrate"):
+        assert part in diagram

@@ -24,6 +24,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence, TextIO
 
+from routing.lab import tinymodel
 from routing.lab.vllm_server import (REPO_ROOT, SERVED_MODEL, StepError, VllmPair, VllmUnavailable, add_vllm_options,
                                      resolve_vllm_python, step, vllm_pair)
 from routing.live.serve import RoutedRequest, start_gateway
@@ -151,6 +152,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"demo: {error}", file=sys.stderr)
         return 2
     started = time.monotonic()
+    print(f"demo: two vLLM CPU servers of a tiny model built here; {tinymodel.GIBBERISH}", file=out, flush=True)
     try:
         with vllm_pair(args.work_dir / "tiny-model", args.work_dir / "logs", python, out=out,
                        timeout=args.start_timeout) as pair:

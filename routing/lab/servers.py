@@ -85,8 +85,10 @@ def next_commands(pair: VllmPair, model_dir: Path) -> list[tuple[str, str]]:
     return [
         ("a gateway in front of them that picks as the endpoint picker does (the x-routed-to header names the pick)",
          f"{TOOLKIT} serve {backends} --seed {DEFAULT_SEED}"),
-        ("then, in a third terminal, the seed's shared-prefix batch through it, measured from the servers' counters",
-         f"{TOOLKIT} verify {pods} --gateway-url {SERVE_URL} --model-id {SERVED_MODEL} --expect concentrate"),
+        ("then, in a third terminal, the seed's shared-prefix batch through it on emptied caches (as predict "
+         "starts), measured from the servers' counters",
+         f"{TOOLKIT} verify {pods} --gateway-url {SERVE_URL} --model-id {SERVED_MODEL} --expect concentrate "
+         "--reset-caches"),
         ("what predict says of the same batch, with the servers' tokenizer and block size",
          f"{TOOLKIT} predict --pods 2 --workload seed-shared --seed {DEFAULT_SEED} --tokenizer {tokenizer} "
          f"--block-size {pair.block_size} --capacity-blocks {pair.capacity_blocks}"),
@@ -105,6 +107,7 @@ def ready_text(pair: VllmPair, model_dir: Path, size: str, up_after: float) -> s
               f"{shown(server.log_path)})" for server in pair.servers]
     lines += [f"  serving the {size} model ({width} wide, {layers} layers, {shown(model_dir)}) under the name "
               f"{SERVED_MODEL!r}: put \"model\": \"{SERVED_MODEL}\" in request bodies",
+              f"  {tinymodel.GIBBERISH}",
               f"  KV cache: blocks of {pair.block_size} tokens, {pair.capacity_blocks} per server",
               "", f"Next, in another terminal, from {REPO_ROOT}:"]
     for what, command in next_commands(pair, model_dir):

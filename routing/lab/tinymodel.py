@@ -36,6 +36,9 @@ END_OF_TEXT = "<|endoftext|>"
 # for two cores, for latency checks. Prefill per 1,000 tokens on this machine is in the README
 # (measured with `python -m benchmarks.bench_prefill_cost`).
 SIZES = {"tiny": (128, 2), "small": (512, 4), "medium": (768, 8)}
+# Said where `demo` and `servers` start, before anyone reads a reply.
+GIBBERISH = ("the model's replies are gibberish by design: its weights are random, since routing needs only its "
+             "tokens, KV blocks and counters")
 # Lets /v1/chat/completions render messages; the model has no notion of roles anyway.
 CHAT_TEMPLATE = (
     "{% for message in messages %}{{ message['role'] }}: {{ message['content'] }}\n{% endfor %}"

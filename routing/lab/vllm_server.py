@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Callable, Iterator, TextIO
 
 from routing.lab import tinymodel
+from routing.live.verify import reset_prefix_cache
 from routing.metrics import parse_metrics
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -213,7 +214,10 @@ class VllmServer:
                 "--disable-uvicorn-access-log",
                 # Serves /inference/v1/generate and the render endpoints (off by default), which the
                 # picker routes too: the request-form tests send them through serve.
-                "--enable-scale-out", *self.extra_args]
+                "--enable-scale-out",
+                # Replies say how many prompt tokens were cached (usage.prompt_tokens_details), which
+                # serve logs per request.
+                "--enable-prompt-tokens-details", *self.extra_args]
 
     def environment(self) -> dict[str, str]:
         env = dict(os.environ)
@@ -420,23 +424,6 @@ def have_vllm_python(explicit: str | None = None) -> tuple[str | None, str]:
         return resolve_vllm_python(explicit), ""
     except VllmUnavailable as error:
         return None, str(error)
-
-
-def reset_prefix_cache(url: str, attempts: int = 20) -> None:
-    """Empty a server's prefix cache (POST /reset_prefix_cache, served with VLLM_SERVER_DEV_MODE=1).
-
-    vLLM refuses while blocks are held by running requests; it is retried for a few seconds.
-    The counters are not reset, only the cache: deltas stay meaningful.
-    """
-    for _ in range(attempts):
-        request = urllib.request.Request(url.rstrip("/") + "/reset_prefix_cache", data=b"", method="POST")
-        with urllib.request.urlopen(request, timeout=30) as response:
-            answer = response.read().decode()
-        # vLLM 0.32 answers {"success": bool}; older releases answered 200 with an empty body.
-        if '"success":false' not in answer.replace(" ", ""):
-            return
-        time.sleep(0.25)
-    raise VllmStartError(f"{url}: /reset_prefix_cache kept answering success=false (requests still running?)")
 
 
 class ServerTokenizer:

@@ -21,6 +21,12 @@ margin; with a filter, which pods it kept and why; `Decision.breakdown()`) as JS
 `x-routing-decision` response header. The picker is told when each routed request's first
 chunk comes back and when it ends (or fails), for the in-flight load the sticky recipe reads.
 
+Each request gets one line on stdout (`--quiet` turns them off): the pod it went to, the HTTP
+status, the time taken to the end of the reply, and the prompt tokens vLLM found cached when it
+reports them (`usage.prompt_tokens_details.cached_tokens`, in a reply or in a stream's final usage
+chunk; vLLM reports them when started with --enable-prompt-tokens-details). A stream passes
+through as it comes: only its last bytes are kept, by reference, to read the usage from.
+
 GET /health shows each backend's last good scrape (when it was sent, and the queue, running
 and KV-usage figures the picker read). In-process, `RunningGateway.wait_idle` waits until
 every backend has been scraped idle since a given moment: serial experiments call it before
@@ -42,7 +48,7 @@ import threading
 import time
 from collections import deque
 from dataclasses import dataclass
-from typing import Awaitable, Callable, Mapping, Self
+from typing import Awaitable, Callable, Mapping, Self, TextIO
 
 import aiohttp
 from aiohttp import web
@@ -72,6 +78,14 @@ INFERENCE_PATHS = API_PATHS
 HOP_BY_HOP = frozenset(h.lower() for h in (
     "Connection", "Keep-Alive", "Proxy-Authenticate", "Proxy-Authorization", "TE", "Trailer",
     "Transfer-Encoding", "Upgrade", "Content-Length", "Host"))
+# How many of a reply's last bytes serve keeps to read vLLM's usage from: a stream's final usage
+# chunk is a few hundred bytes; a JSON reply longer than this is not read.
+USAGE_TAIL_BYTES = 64 * 1024
+# The APIs whose replies carry usage.prompt_tokens_details.cached_tokens when vLLM reports them.
+CACHED_TOKENS_PATHS = ("/v1/completions", "/v1/chat/completions")
+CACHED_TOKENS_HINT = ("serve: vLLM reports the cached prompt tokens only when started with "
+                      "--enable-prompt-tokens-details (`python -m routing servers` starts it so), and in a stream only "
+                      'when the client asks for usage (stream_options: {"include_usage": true})')
 NOT_PRODUCTION = ("Not a production gateway: no TLS, no auth, no retries, no flow control; it listens on "
                   "127.0.0.1 only and exists to reproduce the endpoint picker's routing on one machine.")
 
@@ -148,11 +162,70 @@ class RoutedRequest:
     totals: Mapping[str, float]
 
 
+@dataclass(frozen=True)
+class PromptUsage:
+    """What vLLM says of a reply's prompt: its tokens, and how many of them were cached."""
+
+    prompt_tokens: int | None
+    cached_tokens: int | None
+
+
+class ReplyTail:
+    """The last bytes of a reply, kept by reference as its chunks pass (none is copied on the way),
+    to read vLLM's usage from once the reply has ended."""
+
+    def __init__(self, limit: int = USAGE_TAIL_BYTES):
+        self.limit = limit
+        self.chunks: deque[bytes] = deque()
+        self.kept = 0
+        self.whole = True  # nothing dropped yet
+
+    def feed(self, chunk: bytes) -> None:
+        self.chunks.append(chunk)
+        self.kept += len(chunk)
+        while len(self.chunks) > 1 and self.kept - len(self.chunks[0]) >= self.limit:
+            self.kept -= len(self.chunks.popleft())
+            self.whole = False
+
+    def usage(self, content_type: str) -> PromptUsage | None:
+        """The usage of a JSON reply kept whole, or of a stream's last event that has one."""
+        text = b"".join(self.chunks)
+        if content_type.startswith("text/event-stream"):
+            # Server-sent events, the newest last; the first one kept may be cut.
+            for event in reversed(text.split(b"\n\n")):
+                for line in event.splitlines():
+                    if line.startswith(b"data:") and (usage := _usage(line[len(b"data:"):])) is not None:
+                        return usage
+            return None
+        return _usage(text) if self.whole and content_type.startswith("application/json") else None
+
+
+def _usage(document: bytes) -> PromptUsage | None:
+    try:
+        reply = json.loads(document)
+    except ValueError:
+        return None
+    usage = reply.get("usage") if isinstance(reply, dict) else None
+    if not isinstance(usage, dict):
+        return None
+    details = usage.get("prompt_tokens_details")
+    cached = details.get("cached_tokens") if isinstance(details, dict) else None
+    prompt = usage.get("prompt_tokens")
+    return PromptUsage(prompt if isinstance(prompt, int) else None, cached if isinstance(cached, int) else None)
+
+
+# What serve leaves on a request for its log line: the reply once its headers are sent, the
+# usage read from its end, and why it was cut short.
+REPLY = web.RequestKey("serve.reply", web.StreamResponse)
+USAGE = web.RequestKey("serve.usage", PromptUsage)
+CUT_SHORT = web.RequestKey("serve.cut_short", str)
+
+
 class RoutingGateway:
     """The aiohttp application: scrapes backends, picks one per inference request, proxies."""
 
     def __init__(self, backends: Mapping[str, str], picker: Picker, *, scrape_interval: float = SCRAPE_INTERVAL,
-                 staleness: float = STALENESS, label: str = ""):
+                 staleness: float = STALENESS, label: str = "", request_log: TextIO | None = None):
         if not backends:
             raise ValueError("at least one backend is needed: pass --backend NAME=URL")
         self.backends = {name: Backend(name, url.rstrip("/")) for name, url in backends.items()}
@@ -160,6 +233,9 @@ class RoutingGateway:
         self.scrape_interval = scrape_interval
         self.staleness = staleness
         self.label = label
+        # Where each request's line goes; None logs nothing (serve --quiet, and in-process use).
+        self.request_log = request_log
+        self._hinted_cached_tokens = False
         # Bounded, so a long-running `serve` does not grow without end.
         self.history: deque[RoutedRequest] = deque(maxlen=HISTORY_LIMIT)
         # Each routed request's key for the picker's lifecycle calls (first chunk, end).
@@ -169,7 +245,8 @@ class RoutingGateway:
 
     async def make_app(self) -> web.Application:
         """The application, created inside the event loop that will run it (aiohttp binds it there)."""
-        app = web.Application(client_max_size=64 * 1024 * 1024)
+        app = web.Application(client_max_size=64 * 1024 * 1024,
+                              middlewares=[self._log_request] if self.request_log is not None else [])
         app.router.add_get("/health", self.health)
         for path in INFERENCE_PATHS:
             app.router.add_post(path, self.inference)
@@ -205,6 +282,38 @@ class RoutingGateway:
             except (aiohttp.ClientError, asyncio.TimeoutError, ValueError, OSError) as error:
                 backend.last_error = f"{type(error).__name__}: {error}"
             await asyncio.sleep(max(0.0, self.scrape_interval - (time.monotonic() - started)))
+
+    @web.middleware
+    async def _log_request(self, request: web.Request, handler) -> web.StreamResponse:
+        """The aiohttp middleware that writes each request's line once its reply has ended."""
+        started = time.monotonic()
+        response = None
+        try:
+            response = await handler(request)
+            return response
+        finally:
+            if request.path != "/health":
+                self._log(request, response, time.monotonic() - started)
+
+    def _log(self, request: web.Request, response: web.StreamResponse | None, seconds: float) -> None:
+        reply = response if response is not None else request.get(REPLY)
+        routed = request.method == "POST" and request.path in INFERENCE_PATHS
+        pod = reply.headers.get(ROUTED_HEADER) if reply is not None else None
+        where = "no pod" if pod is None else pod if routed else f"{pod} (passed through)"
+        line = (f"serve: {time.strftime('%H:%M:%S')} {request.method} {request.path} -> {where}: "
+                f"{reply.status if reply is not None else 'no reply'} in {seconds:.3f}s")
+        usage: PromptUsage | None = request.get(USAGE)
+        if usage is not None and usage.cached_tokens is not None:
+            of = f" of {usage.prompt_tokens}" if usage.prompt_tokens is not None else ""
+            line += f", {usage.cached_tokens}{of} prompt tokens cached"
+        cut = request.get(CUT_SHORT) or (None if response is not None else "the client went away or serve failed")
+        if cut:
+            line += f", cut short: {cut}"
+        print(line, file=self.request_log, flush=True)
+        if (not self._hinted_cached_tokens and routed and request.path in CACHED_TOKENS_PATHS and reply is not None
+                and 200 <= reply.status < 300 and (usage is None or usage.cached_tokens is None)):
+            self._hinted_cached_tokens = True
+            print(CACHED_TOKENS_HINT, file=self.request_log, flush=True)
 
     def fresh_backends(self) -> list[Backend]:
         now = time.monotonic()
@@ -292,15 +401,27 @@ class RoutingGateway:
                 if explained is not None:
                     response.headers[DECISION_HEADER] = explained
                 await response.prepare(request)
+                request[REPLY] = response
                 first = request_key is not None
+                tail = ReplyTail()
                 async for chunk in upstream.content.iter_any():
                     if first:
                         # StartOfStream: the first chunk of the body (a reply that is not streamed
                         # arrives whole, so this is its end).
                         self.picker.first_chunk(request_key)
                         first = False
-                    await response.write(chunk)
-                await response.write_eof()
+                    tail.feed(chunk)
+                    try:
+                        await response.write(chunk)
+                    except ConnectionResetError:  # aiohttp's ClientConnectionResetError: the client's side
+                        request[CUT_SHORT] = "the client went away"
+                        return response
+                if "Content-Encoding" not in upstream.headers:
+                    request[USAGE] = tail.usage(upstream.headers.get("Content-Type", ""))
+                try:
+                    await response.write_eof()
+                except ConnectionResetError:
+                    pass  # the client read the whole reply and closed before the end of the chunked body
                 return response
         except (aiohttp.ClientConnectionError, asyncio.TimeoutError) as error:
             if response is not None and response.prepared:
@@ -308,6 +429,7 @@ class RoutingGateway:
                 # a truncated body for a whole one.
                 if request.transport is not None:
                     request.transport.close()
+                request[CUT_SHORT] = f"backend {backend.name} failed mid-reply ({type(error).__name__})"
                 return response
             # Like Envoy without a retry policy: the pick stands, the client sees the failure.
             return _error(502, f"backend {backend.name} ({backend.url}) failed: {type(error).__name__}: {error}",
@@ -441,11 +563,13 @@ def make_picker(weights: Mapping[str, int] | None, *, round_robin: bool = False,
 def start_gateway(backends: Mapping[str, str], weights: Mapping[str, int] | None = None, *, round_robin: bool = False,
                   seed: int | None = None, port: int = 0, scrape_interval: float = SCRAPE_INTERVAL,
                   staleness: float = STALENESS, config: EndpointPickerConfig | None = None,
-                  picker_version: str = DEFAULT_PICKER_VERSION) -> RunningGateway:
-    """Start `serve` in this process (background thread); `.url`, `.gateway.history`, `.stop()`."""
+                  picker_version: str = DEFAULT_PICKER_VERSION, request_log: TextIO | None = None) -> RunningGateway:
+    """Start `serve` in this process (background thread); `.url`, `.gateway.history`, `.stop()`.
+    Each request's line goes to `request_log`, if given."""
     picker, label = make_picker(weights, round_robin=round_robin, seed=seed, config=config,
                                 picker_version=picker_version)
-    gateway = RoutingGateway(backends, picker, scrape_interval=scrape_interval, staleness=staleness, label=label)
+    gateway = RoutingGateway(backends, picker, scrape_interval=scrape_interval, staleness=staleness, label=label,
+                             request_log=request_log)
     return RunningGateway(gateway, port).start()
 
 
@@ -489,6 +613,9 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                         help=f"seconds after its last good scrape at which serve stops picking a backend (default "
                              f"{STALENESS:g}); serve's own safety rule: the real picker keeps scoring a pod on its "
                              "last metrics until Kubernetes removes it from the pool")
+    parser.add_argument("--quiet", action="store_true",
+                        help="no line per request (by default each names the pod, the status, the time taken and, "
+                             "when vLLM reports them, the cached prompt tokens)")
     parser.set_defaults(func=run)
     return parser
 
@@ -532,7 +659,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"serve: {error}", file=sys.stderr)
         return 2
     gateway = RoutingGateway(backends, picker, scrape_interval=args.scrape_interval, staleness=args.staleness,
-                             label=label)
+                             label=label, request_log=None if args.quiet else sys.stdout)
     print(f"serve: {label}; backends {', '.join(f'{n}={u}' for n, u in backends.items())}", flush=True)
     print(f"serve: listening on http://127.0.0.1:{args.port} (Ctrl-C to stop). {NOT_PRODUCTION}", flush=True)
     web.run_app(gateway.make_app(), sock=listener, print=None, access_log=None)

@@ -22,6 +22,15 @@ when the gateway's pods terminate TLS; --gateway-scheme overrides). Both use you
 (exec auth such as `aws eks get-token` included). Or point at them directly with --pod-url
 and --gateway-url.
 
+Warm caches. `predict` starts from empty caches; pods that served the workload's prefixes before
+(an earlier run of it, other traffic) hit more. verify says so when the run's first request finds
+prompt tokens already cached (vLLM's prefix-cache hits counted between the reads before and after
+it, when it was the only request counted): nothing this run sent before it could have put them
+there. --reset-caches empties each --pod-url server's cache first (POST /reset_prefix_cache, which
+vLLM serves only when started with VLLM_SERVER_DEV_MODE=1, as `python -m routing servers` starts
+them). On a cluster, compare where the requests went, which the picker decides from its own prefix
+index and the pods' load, not from their caches; for the hit rate, restart the model's pods first.
+
 A gateway that requires a JWT (gateway.jwt) takes it from --token or $INFERENCE_GATEWAY_TOKEN,
 sent as `Authorization: Bearer <token>`, and only at --gateway-url: the API server keeps that
 header for itself. --ca-file names the CA that --gateway-url https:// must chain to, e.g. the
@@ -43,7 +52,7 @@ import urllib.request
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Protocol, Sequence, TextIO
 
-from routing.metrics import PREFIX_SPELLINGS, REQUESTS, DeltaReport, VllmMetrics, diff_reads, parse_metrics
+from routing.metrics import PREFIX_SPELLINGS, REQUESTS, DeltaReport, PodDelta, VllmMetrics, diff_reads, parse_metrics
 from routing.options import (URL_SCHEMES, OptionError, add_model_options, http_url, load_stack_model, named_url,
                              port_number, unique_named_urls)
 from routing.tables import format_pod_table
@@ -97,9 +106,48 @@ def inference_path(body: Mapping[str, Any]) -> str:
 
 # -- direct URLs ------------------------------------------------------------------------------
 
-def _metrics_url(url: str) -> str:
+def _base_url(url: str) -> str:
     url = url.rstrip("/")
-    return url if url.endswith("/metrics") else url + "/metrics"
+    return url[:-len("/metrics")] if url.endswith("/metrics") else url
+
+
+def _metrics_url(url: str) -> str:
+    return _base_url(url) + "/metrics"
+
+
+def reset_prefix_cache(url: str, attempts: int = 20) -> None:
+    """Empty a vLLM server's prefix cache (POST /reset_prefix_cache, served with VLLM_SERVER_DEV_MODE=1).
+
+    vLLM refuses while blocks are held by running requests; it is retried for a few seconds.
+    The counters are not reset, only the cache: deltas stay meaningful. An HTTP refusal is raised
+    as urllib's HTTPError.
+    """
+    for _ in range(attempts):
+        request = urllib.request.Request(url.rstrip("/") + "/reset_prefix_cache", data=b"", method="POST")
+        with urllib.request.urlopen(request, timeout=30) as response:
+            answer = response.read().decode()
+        # vLLM 0.32 answers {"success": bool}; older releases answered 200 with an empty body.
+        if '"success":false' not in answer.replace(" ", ""):
+            return
+        time.sleep(0.25)
+    raise VerifyError(f"{url}: /reset_prefix_cache kept answering success=false (requests still running?)")
+
+
+def reset_caches(urls: Mapping[str, str]) -> None:
+    """--reset-caches: empty every --pod-url server's prefix cache, or say in one line why one refused."""
+    for name, url in urls.items():
+        base = _base_url(url)
+        try:
+            reset_prefix_cache(base)
+        except urllib.error.HTTPError as error:
+            raise VerifyError(f"--reset-caches: {name} ({base}) answered HTTP {error.code} to POST "
+                              "/reset_prefix_cache, which vLLM serves only when started with VLLM_SERVER_DEV_MODE=1 "
+                              "(`python -m routing servers` starts its servers so; a stack's pods run without it): "
+                              "start it so, or drop --reset-caches and read the run as one on warm pods "
+                              "(`python -m routing verify --help`)") from None
+        except (urllib.error.URLError, OSError) as error:
+            raise VerifyError(f"--reset-caches: cannot reach {name} ({base}): {error}. Is the server up, and is the "
+                              "URL its base address, e.g. http://127.0.0.1:8000?") from None
 
 
 @dataclass
@@ -485,21 +533,27 @@ class Measurement:
     gateway_error: str = ""
     # With a settle hook: the requests (0-based) sent although the hook gave up waiting.
     unsettled: tuple[int, ...] = ()
+    # The pod whose cache held prompt tokens of the run's first request before the run (see
+    # `cached_before_the_run`), with its hits and queries for that request.
+    already_cached: PodDelta | None = None
 
     @property
     def failed(self) -> int:
         return sum(1 for s in self.statuses if not 200 <= s < 300)
 
     def to_json(self) -> dict:
-        return self.report.to_json()
+        cached = self.already_cached
+        return {**self.report.to_json(), **({"alreadyCached": cached.to_json()} if cached is not None else {})}
 
 
 def send_batch(gateway: GatewayClient, bodies: Sequence[Mapping[str, Any]], out: TextIO,
-               settle: Settle | None = None) -> tuple[list[int], list[int]]:
+               settle: Settle | None = None, after_first: Callable[[], None] | None = None
+               ) -> tuple[list[int], list[int]]:
     """Serially, like the page's loop: each request's status printed as it comes back.
 
     With `settle`, it is called before each request with the time the previous response
-    ended (the batch's start for the first). Returns the statuses and the indexes of the
+    ended (the batch's start for the first). `after_first` runs once the first request has
+    succeeded, before the second goes out. Returns the statuses and the indexes of the
     requests sent although `settle` gave up.
     """
     statuses: list[int] = []
@@ -512,35 +566,64 @@ def send_batch(gateway: GatewayClient, bodies: Sequence[Mapping[str, Any]], out:
         previous_done = time.monotonic()
         statuses.append(status)
         print(f"{status:03d}", end=" ", file=out, flush=True)
+        if index == 0 and after_first is not None and 200 <= status < 300:
+            after_first()
     print(file=out, flush=True)
     return statuses, unsettled
 
 
+def read_until_counted(pods: PodReader, before: dict[str, VllmMetrics], requests: int, timeout: float) -> DeltaReport:
+    """The deltas since `before`, read again until they count `requests` requests or `timeout` passes."""
+    deadline = time.monotonic() + timeout
+    while True:
+        report = diff_reads(before, pods.read())
+        if report.requests >= requests or time.monotonic() > deadline:
+            return report
+        time.sleep(0.2)
+
+
+def cached_before_the_run(first: DeltaReport) -> PodDelta | None:
+    """The pod whose prefix cache held prompt tokens of the run's first request before the run: the
+    pod that served it, when it alone was counted and it hit. Nothing the run had sent could have
+    put them there."""
+    used = first.pods_used
+    if first.requests == 1 and len(used) == 1 and used[0].hits:
+        return used[0]
+    return None
+
+
 def measure(pods: PodReader, gateway: GatewayClient, bodies: Sequence[Mapping[str, Any]], out: TextIO,
-            settle_timeout: float = SETTLE_TIMEOUT, settle: Settle | None = None) -> Measurement:
+            settle_timeout: float = SETTLE_TIMEOUT, settle: Settle | None = None, warm_advice: str = "") -> Measurement:
     """Read counters, send the batch, read again until the counters account for it.
 
     `settle` (optional) runs before each request; see `send_batch`. Without it each request
-    goes out as soon as the previous one is answered, as the page's curl loop does.
+    goes out as soon as the previous one is answered, as the page's curl loop does. The
+    counters are also read after the first request, to tell whether the pods' caches held the
+    workload's prefixes before the run (`cached_before_the_run`); the note that says so ends with
+    `warm_advice`.
     """
     before = pods.read()
     print(f"counters read from {len(before)} pod(s): {', '.join(before)}", file=out, flush=True)
     gateway.reach()
     print(f"sending {len(bodies)} request(s) to {gateway.description}:", file=out, flush=True)
+    first: list[DeltaReport] = []
     started = time.monotonic()
-    statuses, unsettled = send_batch(gateway, bodies, out, settle)
+    statuses, unsettled = send_batch(gateway, bodies, out, settle, after_first=lambda: first.append(
+        read_until_counted(pods, before, 1, settle_timeout)))
     seconds = time.monotonic() - started
     succeeded = sum(1 for s in statuses if 200 <= s < 300)
     print(f"{succeeded} of {len(statuses)} succeeded in {seconds:.1f}s; reading counters again", file=out, flush=True)
     if unsettled:
         print(f"note: requests {', '.join(str(i + 1) for i in unsettled)} were sent before the gateway's view of "
               "every pod had settled", file=out, flush=True)
-    deadline = time.monotonic() + settle_timeout
-    while True:
-        report = diff_reads(before, pods.read())
-        if report.requests >= succeeded or time.monotonic() > deadline:
-            return Measurement(report, tuple(statuses), seconds, gateway.last_error, tuple(unsettled))
-        time.sleep(0.2)
+    warm = cached_before_the_run(first[0]) if first else None
+    if warm is not None:
+        print(f"note: the run's first request found {warm.hits} of its {warm.queries} prompt tokens already in "
+              f"{warm.pod}'s prefix cache: the pods held this workload's prefixes before the run, so its hit rate "
+              f"comes out above `predict`'s, which starts from empty caches. {warm_advice}".rstrip(),
+              file=out, flush=True)
+    report = read_until_counted(pods, before, succeeded, settle_timeout)
+    return Measurement(report, tuple(statuses), seconds, gateway.last_error, tuple(unsettled), warm)
 
 
 @dataclass(frozen=True)
@@ -601,7 +684,12 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                         help="exit 1 unless all requests land on one pod (concentrate) or on several (spread)")
     parser.add_argument("--json", action="store_true",
                         help='print {"pods": [{"pod","requests","hits","queries","hitRate"}], "hitRate"} '
-                             "on stdout (progress goes to stderr)")
+                             'on stdout, and "alreadyCached" (the first request\'s pod, as in "pods") when the pods '
+                             "held the workload's prefixes before the run (progress goes to stderr)")
+    parser.add_argument("--reset-caches", action="store_true",
+                        help="with --pod-url: empty each server's prefix cache before sending, so the run starts "
+                             "cold as predict does (POST /reset_prefix_cache: vLLM serves it only when started with "
+                             "VLLM_SERVER_DEV_MODE=1, as `python -m routing servers` starts them)")
     pods = parser.add_argument_group("pods (one of)")
     pods.add_argument("--pod-url", action="append", type=named_url("--pod-url"), metavar="NAME=URL",
                       help="a vLLM server's base URL (repeatable); skips the Kubernetes API for pods")
@@ -771,6 +859,18 @@ def timing_note(arrivals: Sequence[Arrival]) -> str:
             + ("; the times are not kept: verify measures where requests go, not timing" if times else ""))
 
 
+def warm_advice(args: argparse.Namespace, target: Target) -> str:
+    """How to compare with `predict` when the pods' caches were warm, for the pods verify reads."""
+    if args.pod_url:
+        return ("Run again with --reset-caches to start from empty caches." if not args.reset_caches else
+                "Other traffic reached the pods after --reset-caches emptied them.")
+    restart = (f"`kubectl rollout restart deployment/{target.label} -n {target.namespace}`"
+               if target.label and target.namespace else "a rollout restart of the model's Deployment")
+    return ("Where the requests went still compares with `predict`: the picker routes by its own prefix index and "
+            f"the pods' load, not by their caches. For the hit rate, restart the model's pods first ({restart}: a "
+            "new pod starts with an empty cache).")
+
+
 def run(args: argparse.Namespace) -> int:
     out = sys.stderr if args.json else sys.stdout
     try:
@@ -783,8 +883,18 @@ def run(args: argparse.Namespace) -> int:
         note = timing_note(arrivals)
         if note:
             print(f"verify: {note}", file=out, flush=True)
+        if args.reset_caches:
+            if not isinstance(pods, UrlPods):
+                raise VerifyError("--reset-caches needs --pod-url: it empties each vLLM server's prefix cache with "
+                                  "POST /reset_prefix_cache, which vLLM serves only when started with "
+                                  "VLLM_SERVER_DEV_MODE=1, and a stack's pods run without it. On a cluster, compare "
+                                  "where the requests went, or restart the model's pods first (`python -m routing "
+                                  "verify --help`, Warm caches)")
+            reset_caches(pods.urls)
+            print(f"prefix caches emptied: {', '.join(pods.urls)}", file=out, flush=True)
         settle = PROMETHEUS_SETTLE_SCRAPES * target.scrape_interval if args.prometheus else SETTLE_TIMEOUT
-        measurement = measure(pods, gateway, [arrival.body for arrival in arrivals], out, settle_timeout=settle)
+        measurement = measure(pods, gateway, [arrival.body for arrival in arrivals], out, settle_timeout=settle,
+                              warm_advice=warm_advice(args, target))
     except (VerifyError, OptionError, WorkloadError) as error:
         print(f"verify: {error}", file=sys.stderr)
         return 2

@@ -3,7 +3,9 @@ with the real `openai` client; and the tiny model's tokenizer counting what the 
 
 from __future__ import annotations
 
+import io
 import json
+import time
 import urllib.error
 import urllib.request
 
@@ -12,9 +14,10 @@ import openai
 import pytest
 
 from routing.lab.vllm_server import SERVED_MODEL, VllmPair
-from routing.live.serve import DECISION_HEADER, EXPLAIN_HEADER, ROUTED_HEADER, start_gateway
+from routing.live.serve import CACHED_TOKENS_HINT, DECISION_HEADER, EXPLAIN_HEADER, ROUTED_HEADER, start_gateway
 from routing.picker.endpoint_picker import Request
 from routing.picker.prefix import HFTokenizerFile, server_tokens
+from routing.workloads import seed_shared
 
 SEED = 5
 PNG_URL = ("data:image/png;base64,iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8BQDwAEhQGAhKmMIQAAAABJ"
@@ -147,3 +150,32 @@ def test_the_shipped_tokenizer_counts_what_the_server_counts(pair):
         served = json.load(response)["tokens"]
     chat = Request.from_openai_body({"model": SERVED_MODEL, "messages": messages})
     assert server_tokens(tokenizer, chat) == [served]
+
+
+def test_serve_logs_each_request_with_the_cached_prompt_tokens_vllm_reports(pair):
+    log = io.StringIO()
+    prompt = seed_shared(SERVED_MODEL)[0]["prompt"]  # ~1,250 tokens: several full KV blocks to cache
+    with start_gateway(pair.backends, seed=SEED, request_log=log) as gateway:
+        client = openai.OpenAI(base_url=gateway.url + "/v1", api_key="not-checked", max_retries=0, timeout=120)
+        first, again = (client.completions.with_raw_response.create(model=SERVED_MODEL, prompt=prompt, max_tokens=2)
+                        for _ in range(2))
+        chat = client.chat.completions.with_raw_response.create(
+            model=SERVED_MODEL, messages=[{"role": "user", "content": prompt}], max_tokens=2, stream=True,
+            stream_options={"include_usage": True})
+        chat_usage = [chunk.usage for chunk in chat.parse() if chunk.usage is not None][-1]
+        no_usage = client.completions.with_raw_response.create(model=SERVED_MODEL, prompt=prompt, max_tokens=2,
+                                                               stream=True)
+        list(no_usage.parse())
+        deadline = time.monotonic() + 30  # a hang guard: the last line follows the stream's end
+        while log.getvalue().count("\n") < 5 and time.monotonic() < deadline:
+            time.sleep(0.01)
+    *lines, hint = log.getvalue().splitlines()
+    usages = [first.parse().usage, again.parse().usage, chat_usage]
+    for line, raw, usage in zip(lines, (first, again, chat), usages):
+        assert f" -> {routed(raw)}: 200 in " in line
+        assert line.endswith(f"s, {usage.prompt_tokens_details.cached_tokens} of {usage.prompt_tokens} prompt tokens "
+                             "cached")
+    assert routed(again) == routed(first) and usages[1].prompt_tokens_details.cached_tokens > 0
+    # A stream whose client did not ask for usage: the line has no cached tokens, and the hint says why, once.
+    assert lines[3].startswith("serve: ") and f" -> {routed(no_usage)}: 200 in " in lines[3]
+    assert lines[3].endswith("s") and hint == CACHED_TOKENS_HINT

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import threading
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -35,6 +36,8 @@ class FakeModelServer:
     # Streaming replies are sent in these many chunks, `chunk_delay` seconds apart.
     chunks: int = 3
     chunk_delay: float = 0.0
+    # When set, a stream's chunks after the first wait until it is set (at most 30 s, a hang guard).
+    hold_after_first_chunk: threading.Event | None = None
     requests: int = 0
     hits: int = 0
     queries: int = 0
@@ -116,6 +119,8 @@ class FakeModelServer:
         for index in range(self.chunks):
             chunk = {"served_by": self.name, "choices": [{"index": 0, "text": f"t{index}"}]}
             await response.write(f"data: {json.dumps(chunk)}\n\n".encode())
+            if index == 0 and self.hold_after_first_chunk is not None:
+                await asyncio.to_thread(self.hold_after_first_chunk.wait, 30)
             await asyncio.sleep(self.chunk_delay)
         await response.write(b"data: [DONE]\n\n")
         await response.write_eof()

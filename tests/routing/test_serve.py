@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+import io
 import json
+import re
 import socket
+import subprocess
+import sys
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -13,7 +18,9 @@ import pytest
 from fake_http import FakeModelServer
 
 from routing import __main__ as cli
-from routing.live.serve import DECISION_HEADER, EXPLAIN_HEADER, ROUTED_HEADER, STALENESS, Backend, Scrape, start_gateway
+from routing.lab import vllm_server
+from routing.live.serve import (CACHED_TOKENS_HINT, DECISION_HEADER, EXPLAIN_HEADER, ROUTED_HEADER, STALENESS, Backend,
+                                Scrape, start_gateway)
 from routing.metrics import ZERO
 from routing.workloads import seed_shared, seed_unique
 from settings.picker_config import load_endpoint_picker_config
@@ -70,22 +77,21 @@ def test_chat_completions_and_models_are_proxied(backends):
 
 
 def test_streaming_reaches_the_client_chunk_by_chunk(backends):
+    # The backends send the rest of a stream only once the client has read its first chunk: a
+    # gateway that waited for the whole reply would time the client out instead.
+    read_first = threading.Event()
     for server in backends:
-        server.chunks, server.chunk_delay = 3, 0.4
+        server.hold_after_first_chunk = read_first
     body = {"model": "m", "prompt": "hello", "stream": True}
     with start_gateway(backend_map(backends), seed=1) as gateway:
         request = urllib.request.Request(gateway.url + "/v1/completions", data=json.dumps(body).encode(),
                                          headers={"Content-Type": "application/json"})
-        started = time.monotonic()
         with urllib.request.urlopen(request, timeout=10) as response:
             first_line = response.readline()
-            first_at = time.monotonic() - started
+            read_first.set()
             rest = response.read()
-            total = time.monotonic() - started
     assert first_line.startswith(b"data: {")
-    assert b"data: [DONE]" in rest
-    # The first chunk must not wait for the whole reply (3 chunks 0.4 s apart).
-    assert first_at < 0.6 < total
+    assert rest.count(b"data: {") == 2 and rest.endswith(b"data: [DONE]\n\n")
 
 
 def test_health_reports_each_backend(backends):
@@ -123,20 +129,32 @@ def test_round_robin_alternates(backends):
     assert routed in (["a", "b", "a", "b"], ["b", "a", "b", "a"])
 
 
-def test_backend_with_stale_metrics_is_not_picked(backends):
+def wait_until(condition, what: str, timeout: float = 10.0) -> None:
+    """Poll until `condition()` holds; the timeout is a hang guard, far above what is awaited."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"never happened: {what}"
+        time.sleep(0.01)
+
+
+def test_a_backend_whose_scrapes_fail_is_picked_on_its_last_metrics_until_they_are_stale(backends):
     a, b = backends
-    with start_gateway(backend_map(backends), round_robin=True, staleness=0.5) as gateway:
+    # 30 s: no pause of a loaded machine between b's first failed scrape and the requests reaches it.
+    with start_gateway(backend_map(backends), round_robin=True, staleness=30) as gateway:
         b.metrics_status = 500
-        time.sleep(0.1)
-        # Still within the staleness window: b is a candidate.
-        assert {b_.name for b_ in gateway.gateway.fresh_backends()} == {"a", "b"}
-        time.sleep(0.6)
-        routed = [post(gateway.url + "/v1/completions", {"model": "m", "prompt": "x"}) for _ in range(4)]
+        wait_until(lambda: "500" in gateway.gateway.backends["b"].last_error, "a failed scrape of b")
+        within = [post(gateway.url + "/v1/completions", {"model": "m", "prompt": "x"}) for _ in range(4)]
+    assert sorted(r[1][ROUTED_HEADER] for r in within) == ["a", "a", "b", "b"]
+    b.metrics_status = 200
+    # 1 s: twenty of a's 50 ms scrapes, so a, scraped throughout, stays a candidate while b goes stale.
+    with start_gateway(backend_map(backends), round_robin=True, staleness=1.0) as gateway:
+        b.metrics_status = 500
+        wait_until(lambda: "b" not in {backend.name for backend in gateway.gateway.fresh_backends()}, "b stale")
+        past = [post(gateway.url + "/v1/completions", {"model": "m", "prompt": "x"}) for _ in range(4)]
         status, raw = get(gateway.url + "/health")
-    assert [r[1][ROUTED_HEADER] for r in routed] == ["a"] * 4
-    assert all(r[0] == 200 for r in routed)
+    assert [(r[0], r[1][ROUTED_HEADER]) for r in past] == [(200, "a")] * 4
     health = json.loads(raw)["backends"]["b"]
-    assert not health["fresh"] and "500" in health["lastError"]
+    assert status == 200 and not health["fresh"] and "500" in health["lastError"]
 
 
 def test_no_fresh_backend_is_a_503_that_says_why(backends):
@@ -401,3 +419,92 @@ def test_an_unreadable_picker_config_is_one_line_naming_the_option_and_the_file(
     err = capsys.readouterr().err
     assert err.startswith(f"serve: --picker-config {path}: cannot read it (") and problem in err
     assert err.endswith("pass the path of an EndpointPickerConfig YAML file\n") and err.count("\n") == 1
+
+
+LOG_LINE = re.compile(r"^serve: \d\d:\d\d:\d\d (?P<method>[A-Z]+) (?P<path>\S+) -> (?P<where>[^:]+): (?P<status>\d+|no "
+                      r"reply) in (?P<seconds>\d+\.\d{3})s(?P<rest>.*)$")
+
+
+def logged(log: io.StringIO) -> list[dict]:
+    """The request lines serve wrote to `log`, parsed (the hint on cached tokens left out)."""
+    lines = [line for line in log.getvalue().splitlines() if line != CACHED_TOKENS_HINT]
+    assert all(LOG_LINE.match(line) for line in lines), lines
+    return [LOG_LINE.match(line).groupdict() for line in lines]
+
+
+def test_each_request_is_one_line_naming_the_pod_the_status_and_the_time(backends):
+    log = io.StringIO()
+    with start_gateway(backend_map(backends), seed=1, staleness=30, request_log=log) as gateway:
+        _, headers, _ = post(gateway.url + "/v1/completions", {"model": "m", "prompt": "hello"})
+        post(gateway.url + "/v1/completions", {"prompt": "no model"})
+        get(gateway.url + "/v1/models")
+        get(gateway.url + "/health")  # serve's own page: no pod, no line
+        for server in backends:
+            server.metrics_status = 503
+        gateway.gateway.staleness = 0.2  # 30 s until now, so that no pause of the machine made them stale
+        wait_until(lambda: not gateway.gateway.fresh_backends(), "no fresh backend")
+        post(gateway.url + "/v1/completions", {"model": "m", "prompt": "hello"})
+    lines = logged(log)
+    assert [(line["method"], line["path"], line["where"], line["status"]) for line in lines] == [
+        ("POST", "/v1/completions", headers[ROUTED_HEADER], "200"),
+        ("POST", "/v1/completions", "no pod", "400"),
+        ("GET", "/v1/models", "a (passed through)", "200"),
+        ("POST", "/v1/completions", "no pod", "503")]
+    assert all(float(line["seconds"]) < 30 for line in lines)
+
+
+def test_a_stream_is_logged_once_it_has_ended(backends):
+    read_first = threading.Event()
+    for server in backends:
+        server.hold_after_first_chunk = read_first
+    log = io.StringIO()
+    with start_gateway(backend_map(backends), seed=1, request_log=log) as gateway:
+        request = urllib.request.Request(gateway.url + "/v1/completions", headers={"Content-Type": "application/json"},
+                                         data=json.dumps({"model": "m", "prompt": "hello", "stream": True}).encode())
+        with urllib.request.urlopen(request, timeout=10) as response:
+            response.readline()
+            assert log.getvalue() == ""  # the reply is still coming
+            read_first.set()
+            response.read()
+        wait_until(lambda: log.getvalue(), "the stream's line")
+    (line,) = logged(log)
+    assert (line["status"], line["where"]) == ("200", response.headers[ROUTED_HEADER])
+
+
+def test_a_client_that_goes_away_mid_stream_is_logged_as_such_not_as_a_failing_backend(backends):
+    read_first = threading.Event()
+    for server in backends:
+        server.hold_after_first_chunk, server.chunks, server.chunk_delay = read_first, 5, 0.2
+    log = io.StringIO()
+    with start_gateway(backend_map(backends), seed=1, request_log=log) as gateway:
+        with socket.create_connection(("127.0.0.1", gateway.port), timeout=10) as client:
+            body = json.dumps({"model": "m", "prompt": "hello", "stream": True})
+            client.sendall(f"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                           f"Content-Length: {len(body)}\r\n\r\n{body}".encode())
+            received = b""
+            while b"data: {" not in received:  # the headers may come alone first
+                received += client.recv(65536)
+        read_first.set()  # the backend sends the rest to a client that is gone
+        wait_until(lambda: log.getvalue(), "the stream's line")
+    (line,) = logged(log)
+    assert line["status"] == "200" and line["rest"] == ", cut short: the client went away"
+
+
+def test_serve_prints_a_line_per_request_unless_quiet(backends):
+    lines = []
+    for quiet in ((), ("--quiet",)):
+        port = vllm_server.free_port()
+        command = [sys.executable, "-m", "routing", "serve", "--backend", f"a={backends[0].url}", "--port", str(port),
+                   *quiet]
+        root = Path(__file__).resolve().parents[2]
+        with subprocess.Popen(command, cwd=root, stdout=subprocess.PIPE, text=True) as serve:
+            try:
+                assert "listening on" in serve.stdout.readline() + serve.stdout.readline()
+                wait_until(lambda: get(f"http://127.0.0.1:{port}/health")[0] == 200, "serve up")
+                post(f"http://127.0.0.1:{port}/v1/completions", {"model": "m", "prompt": "hello"})
+            finally:
+                serve.terminate()
+            lines.append(serve.stdout.read().splitlines())
+    shown, quiet = lines
+    assert [LOG_LINE.match(line)["where"] for line in shown if LOG_LINE.match(line)] == ["a"]
+    assert not any(LOG_LINE.match(line) for line in quiet)

@@ -101,6 +101,7 @@ def test_it_prints_the_urls_the_model_name_and_commands_the_real_parsers_take(la
     for name, url in urls.items():
         assert f"  {name}  {url}  (cpu" in out
     assert "under the name 'tiny'" in out
+    assert "  the model's replies are gibberish by design: its weights are random" in out
 
     parsed = [cli.build_parser().parse_args(argv[3:]) for argv in printed_commands(out)]
     assert [args.command for args in parsed] == ["serve", "verify", "predict", "calibrate", "predict"]
@@ -108,6 +109,7 @@ def test_it_prints_the_urls_the_model_name_and_commands_the_real_parsers_take(la
     assert dict(serve.backend) == urls
     gateway = f"http://127.0.0.1:{serve.port}"
     assert dict(verify.pod_url) == urls and verify.gateway_url == gateway and verify.model_id == "tiny"
+    assert verify.reset_caches  # run again, it compares with predict's empty caches all the same
     assert (predict_batch.pods, predict_batch.seed, predict_batch.block_size, predict_batch.capacity_blocks) == (
         2, serve.seed, 128, 8192)
     assert dict(calibrate.pod_url) == urls and calibrate.gateway_url == gateway

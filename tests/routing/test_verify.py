@@ -118,12 +118,40 @@ def test_json_output_has_predicts_shape(pods, gateway_factory, capsys):
     assert cli.main(verify_args(pods, gateway, "--json")) == 0
     captured = capsys.readouterr()
     report = json.loads(captured.out)
-    assert set(report) == {"pods", "hitRate"}
+    # The stand-ins hit on every request, the first too: a cache warm before the run, as verify reads it.
+    assert set(report) == {"pods", "hitRate", "alreadyCached"}
+    cached = report["alreadyCached"]
+    assert (cached["pod"], cached["requests"], cached["hits"]) == ("pod-b", 1, 100)
     by_pod = {p["pod"]: p for p in report["pods"]}
     assert set(by_pod["pod-b"]) == {"pod", "requests", "hits", "queries", "hitRate"}
     assert by_pod["pod-b"]["requests"] == 12 and by_pod["pod-a"]["requests"] == 0
     assert by_pod["pod-b"]["hitRate"] == pytest.approx(1200 / by_pod["pod-b"]["queries"])
     assert "200 200" in captured.err  # progress stays off stdout
+
+
+def test_a_first_request_that_hits_means_the_pods_held_the_workloads_prefixes_before_the_run(pods, gateway_factory,
+                                                                                             capsys):
+    gateway = gateway_factory(pods, lambda n: "pod-a")
+    assert cli.main(verify_args(pods, gateway)) == 0
+    out = capsys.readouterr().out
+    assert ("note: the run's first request found 100 of its " in out
+            and " prompt tokens already in pod-a's prefix cache: the pods held this workload's prefixes before the run, "
+                "so its hit rate comes out above `predict`'s, which starts from empty caches. Run again with "
+                "--reset-caches to start from empty caches." in out)
+
+
+@pytest.mark.parametrize("warm_before", [
+    lambda pod: setattr(pod, "hits_per_request", 0),  # the first request (and every other) misses: cold
+    lambda pod: setattr(pod, "before_metrics", lambda server: setattr(server, "requests", server.requests + 1)),
+], ids=["the first request misses", "other traffic reaches the pods"])
+def test_no_warm_cache_is_claimed_when_the_first_request_missed_or_was_not_alone(pods, gateway_factory, capsys,
+                                                                                 warm_before):
+    for pod in pods.values():
+        warm_before(pod)
+    gateway = gateway_factory(pods, lambda n: "pod-a")
+    assert cli.main(verify_args(pods, gateway, "--json")) == 0
+    captured = capsys.readouterr()
+    assert "alreadyCached" not in json.loads(captured.out) and "already in" not in captured.err
 
 
 def test_failed_requests_fail_the_run_whatever_was_expected(pods, gateway_factory, capsys):
@@ -187,6 +215,10 @@ def test_old_gpu_metric_names_are_read(pods, gateway_factory, capsys):
      "verify: --pod-url names must be unique, got a, a"),
     (["verify", "--stack", "dev", "--model", "qwen-small", "--kubeconfig", "/nonexistent"],
      "verify: cannot load --kubeconfig /nonexistent (the current context): "),
+    (["verify", "--model-id", "m", "--prometheus", "http://127.0.0.1:1", "--namespace", "inference", "--label",
+      "vllm-qwen-small", "--gateway-url", "http://127.0.0.1:1", "--reset-caches"],
+     "verify: --reset-caches needs --pod-url: it empties each vLLM server's prefix cache with POST "
+     "/reset_prefix_cache, which vLLM serves only when started with VLLM_SERVER_DEV_MODE=1"),
 ])
 def test_unusable_options_exit_2_with_the_fix(argv, message, capsys):
     assert cli.main(argv) == 2
