@@ -83,6 +83,7 @@ cdef class EndpointPicker:
     cdef public tuple _metrics_weights, _request_weights, _scorer_entries, _remembering_scorers
     cdef public bint _produces_or_filters
 
+    @cython.locals(names=list)
     cpdef _see(self, request, pods)
     @cython.locals(best=double, chosen_index=Py_ssize_t, totals=list, scores=dict, scored=dict, metrics_scores=dict,
                    names=list, matches=dict, scorer=_Scorer, producer=_PrefixProducer)

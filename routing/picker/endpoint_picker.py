@@ -829,8 +829,10 @@ class EndpointPicker:
         if seen == self._scored_pods:
             return
         self._scored_pods = seen
-        self._names = [pod.name for pod in pods]
-        self._position = {name: index for index, name in enumerate(self._names)}
+        names = [pod.name for pod in pods]
+        if names != self._names:  # a scrape changes metrics far more often than the candidates
+            self._names = names
+            self._position = {name: index for index, name in enumerate(names)}
         self._metrics_scores = {name: scorer.score(request, pods, None)
                                 for name, scorer in self._scorers.items() if scorer.reads_only_pods}
         self._metrics_totals = _add_weighted([0.0] * len(pods), self._metrics_weights, self._metrics_scores)

@@ -203,6 +203,8 @@ cdef class PrefixIndex:
             self.credit[pod_id] = 0
         cdef const unsigned long long* raw = _raw_hashes(hashes)
         cdef Py_ssize_t block
+        if raw is not NULL:
+            self.holders.prefetch_all(raw, len(hashes))
         for block in range(len(hashes)):
             slot = self.holders.get(raw[block] if raw is not NULL else hashes[block])
             if slot < 0:

@@ -15,6 +15,7 @@ cdef class U64Table:
     cdef int shift  # 64 - log2(capacity): a key's home slot is its hash's top bits
 
     cdef int64_t get(self, uint64_t key) noexcept
+    cdef void prefetch_all(self, const unsigned long long* keys, Py_ssize_t count) noexcept
     cdef Py_ssize_t get_run(self, const unsigned long long* keys, Py_ssize_t count, int64_t* values) noexcept
     cdef void put(self, uint64_t key, int64_t value) except *
     cdef bint remove(self, uint64_t key) noexcept

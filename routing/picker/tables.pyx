@@ -49,14 +49,18 @@ cdef class U64Table:
                 return entry.value
             slot = (slot + 1) & mask
 
-    cdef Py_ssize_t get_run(self, const unsigned long long* keys, Py_ssize_t count, int64_t* values) noexcept:
-        """The values of the longest run of `keys` from the first that are all present, into
-        `values`; returns the run's length. Each key's home slot is fetched ahead of the probes
-        (a run of a prompt's blocks touches as many far-apart slots, each a cache miss otherwise
-        waited for in turn)."""
+    cdef void prefetch_all(self, const unsigned long long* keys, Py_ssize_t count) noexcept:
+        """Fetches each key's home slot ahead of the probes that will read it: a run of a prompt's
+        blocks touches as many far-apart slots, each a cache miss otherwise waited for in turn."""
         cdef Py_ssize_t position
         for position in range(count):
             prefetch(&self.entries[<Py_ssize_t>((keys[position] * GOLDEN) >> self.shift)])
+
+    cdef Py_ssize_t get_run(self, const unsigned long long* keys, Py_ssize_t count, int64_t* values) noexcept:
+        """The values of the longest run of `keys` from the first that are all present, into
+        `values`; returns the run's length (their slots fetched ahead, `prefetch_all`)."""
+        cdef Py_ssize_t position
+        self.prefetch_all(keys, count)
         for position in range(count):
             values[position] = self.get(keys[position])
             if values[position] < 0:

@@ -21,7 +21,7 @@ cdef class Published:
 cdef class Engine:
     cdef public str name
     cdef public Py_ssize_t block_size, num_gpu_blocks, hits, queries, finished, max_num_batched_tokens, max_num_seqs
-    cdef public object limits, latency, _rng, published, step_work, waiting
+    cdef public object limits, latency, _rng, published, step_work, waiting, _step_seconds
     cdef public double _jitter
     cdef public NativeBlockPool pool
     cdef public list incoming, running, _scheduled

@@ -221,6 +221,7 @@ class Engine:
         self.num_gpu_blocks = num_gpu_blocks
         self.limits = limits
         self.latency = latency
+        self._step_seconds = latency.step_seconds  # every step asks it
         # Read every step: kept here as numbers.
         self.max_num_batched_tokens = limits.max_num_batched_tokens
         self.max_num_seqs = limits.max_num_seqs
@@ -339,7 +340,7 @@ class Engine:
                 prefill_pairs += chunk_pairs(seq.step_tokens, seq.computed)
         # What the step did, in the latency model's terms (calibrate's replay reads it).
         self.step_work = (prefill_tokens, decode_seqs, context_tokens, prefill_pairs)
-        seconds = self.latency.step_seconds(prefill_tokens, decode_seqs, context_tokens, prefill_pairs)
+        seconds = self._step_seconds(prefill_tokens, decode_seqs, context_tokens, prefill_pairs)
         if self._jitter:
             sigma = self._jitter
             seconds *= math.exp(self._rng.gauss(-sigma * sigma / 2, sigma))
