@@ -77,13 +77,14 @@ cdef class _ActiveRequestScorer(_LoadScorer):
 cdef class EndpointPicker:
     cdef public object config, picker_version, weights, ignored_plugins
     cdef public bint hashes_characters
-    cdef public object _rng, _estimates, _scored_pods
+    cdef public object _rng, _estimates
+    cdef public tuple _scored_pods
     cdef public dict _scorers, _producers, _loads, _position, _metrics_scores
     cdef public list _filters, _names, _metrics_totals
     cdef public tuple _metrics_weights, _request_weights, _scorer_entries, _remembering_scorers
     cdef public bint _produces_or_filters
 
-    @cython.locals(names=list)
+    @cython.locals(names=list, scored=tuple, index=Py_ssize_t)
     cpdef _see(self, request, pods)
     @cython.locals(best=double, chosen_index=Py_ssize_t, totals=list, scores=dict, scored=dict, metrics_scores=dict,
                    names=list, matches=dict, scorer=_Scorer, producer=_PrefixProducer)

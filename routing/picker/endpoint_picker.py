@@ -735,7 +735,7 @@ class EndpointPicker:
             shared += 1
         self._metrics_weights = weight_items[:shared]
         self._request_weights = weight_items[shared:]
-        self._scored_pods: tuple[PodMetrics, ...] | None = None
+        self._scored_pods: tuple[PodMetrics, ...] = ()
         self._names: list[str] = []
         self._position: dict[str, int] = {}
         self._metrics_scores: dict[str, list[float]] = {}
@@ -824,11 +824,17 @@ class EndpointPicker:
         """What picks that see these very pods share: their names and positions, and the scores and
         partial totals of the scorers that read only the pods' metrics."""
         # Callers pass pods with distinct names (a gateway's backends by name, a simulated fleet).
-        # Equal tuples hold the same objects or pods with equal metrics: the same scores either way.
-        seen = tuple(pods)
-        if seen == self._scored_pods:
-            return
-        self._scored_pods = seen
+        # The same objects or pods with equal metrics give the same scores either way. Compared
+        # pod by pod, not as a new tuple: most picks see the very pods the last one saw.
+        scored = self._scored_pods
+        if len(pods) == len(scored):
+            for index in range(len(pods)):
+                pod = pods[index]
+                if pod is not scored[index] and pod != scored[index]:
+                    break
+            else:
+                return
+        self._scored_pods = tuple(pods)
         names = [pod.name for pod in pods]
         if names != self._names:  # a scrape changes metrics far more often than the candidates
             self._names = names
