@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import difflib
 import math
+import re
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any, Mapping
@@ -26,7 +27,8 @@ __all__ = [
     "API_VERSION", "DEPRECATED_API_VERSION", "KIND", "WEIGHT_PLUGIN_TYPES", "MODELLED_TYPES", "KNOWN_TYPES",
     "PickerConfigError", "Parameter", "PluginSpec", "ProfilePlugin", "SchedulingProfile", "EndpointPickerConfig",
     "load_endpoint_picker_config", "render_endpoint_picker_config", "endpoint_picker_config_yaml", "plugin_role",
-    "plugin_parameters", "token_backend", "render_sticky_picker_config", "STICKY_PARAMETERS",
+    "plugin_parameters", "token_backend", "render_sticky_picker_config", "STICKY_PARAMETERS", "PreciseIndex",
+    "PRECISE_PRODUCER", "precise_block_tokens", "speculative_ttl_seconds", "go_duration_seconds",
 ]
 
 API_VERSION = "llm-d.ai/v1alpha1"
@@ -52,8 +54,16 @@ TOKEN_LOAD = "token-load-scorer"
 ACTIVE_REQUEST = "active-request-scorer"
 INFLIGHT_PRODUCER = "inflight-load-producer"
 PREDICTED_LATENCY_PRODUCER = "predicted-latency-producer"
+PRECISE_PRODUCER = "precise-prefix-cache-producer"
+# The data layer's plugins a precise prefix index needs: pods are found by the endpoint
+# notifications the producer extracts from, and the scorers' metrics come from the metrics
+# source, which an explicit dataLayer must then list too (deploy/config/epp-precise-prefix-
+# cache-config.yaml@v0.10.0).
+ENDPOINT_NOTIFICATION_SOURCE = "endpoint-notification-source"
+METRICS_DATA_SOURCE = "metrics-data-source"
+CORE_METRICS_EXTRACTOR = "core-metrics-extractor"
 # The producers of prefix match info (each one's Produces()@v0.10.0).
-PREFIX_MATCH_PRODUCERS = frozenset({PREFIX_PRODUCER, "precise-prefix-cache-producer", "burst-prefix-cache-producer",
+PREFIX_MATCH_PRODUCERS = frozenset({PREFIX_PRODUCER, PRECISE_PRODUCER, "burst-prefix-cache-producer",
                                     "multicluster-approx-prefix-cache-producer"})
 # The filter's ttftSource values (prefixcacheaffinity/plugin.go@v0.10.0).
 PREFILL_THROUGHPUT, LATENCY_PREDICTOR = "prefillThroughput", "latencyPredictor"
@@ -171,6 +181,42 @@ _ESTIMATE_FIELDS = (
 
 _INFLIGHT_NAME = Parameter("inFlightLoadProducerName", str, "", "which in-flight-load producer's counts to read")
 
+# dataproducer/preciseprefixcache/producer.go PluginConfig@v0.10.0 and the structs it decodes into:
+# pkg/kvcache/kvblock/token_processor.go TokenProcessorConfig, pkg/kvevents/pool.go Config and
+# PodDiscoveryConfig. indexerConfig (pkg/kvcache/indexer.go Config: the index's backend and the
+# tiers' weights) is kept as written.
+_PRECISE_PRODUCER_PARAMETERS = (
+    Parameter("tokenProcessorConfig", dict, None, "how the producer cuts a request's tokens into block keys",
+              example="{blockSizeTokens: 64}", fields=(
+                  Parameter("blockSizeTokens", int, 16, "tokens per block key; 0 means 16; set it to vLLM's "
+                            "--block-size, or keys and the pods' events do not line up", example="64"),
+                  Parameter("blockSize", int, 0, "deprecated: taken when blockSizeTokens is left out"),
+                  Parameter("hashSeed", str, "", "a seed for the keys' hash (need not match vLLM's)"))),
+    Parameter("indexerConfig", dict, None, "the index's backend (in memory, cost-aware, Redis) and each tier's "
+              "weight", example="{kvBlockIndexConfig: {enableMetrics: true}}"),
+    Parameter("kvEventsConfig", dict, None, "where the pods' KV-cache events come from",
+              example="{podDiscoveryConfig: {socketPort: 5557}}", fields=(
+                  Parameter("zmqEndpoint", str, "", "one socket the picker binds for every engine to connect to "
+                            "(instead of a subscriber per pod)"),
+                  Parameter("topicFilter", str, "kv@", "the ZMQ subscription prefix; vLLM's topic must start with it"),
+                  Parameter("concurrency", int, 4, "workers applying events to the index"),
+                  Parameter("engineType", str, "", "whose event format to decode", choices=("vllm", "sglang"),
+                            example="vllm"),
+                  Parameter("discoverPods", bool, True, "subscribe to each pod the picker learns of"),
+                  Parameter("podDiscoveryConfig", dict, None, "the ports of each pod's event sockets",
+                            example="{socketPort: 5557}", fields=(
+                                Parameter("podLabelSelector", str, "llm-d.ai/inference-serving=true",
+                                          "never read at v0.10.0"),
+                                Parameter("podNamespace", str, "", "never read at v0.10.0"),
+                                Parameter("socketPort", int, 5557, "each pod's event PUB port (plus its data-"
+                                          "parallel rank)"),
+                                Parameter("replaySocketPort", int, 0, "each pod's replay port; 0: the picker "
+                                          "never asks for a replay", example="5558"))))),
+    Parameter("speculativeIndexing", bool, False, "index a request's blocks on its pod when picked, before its "
+              "events arrive"),
+    Parameter("speculativeTTL", str, "2s", "how long a speculative entry lasts (a Go duration)", example="2s"),
+)
+
 # filter/prefixcacheaffinity/plugin.go@v0.10.0 Config and DefaultConfig, in the struct's order.
 _AFFINITY_FILTER_PARAMETERS = (
     Parameter("affinityThreshold", float, 0.80, "share of the request's prefix blocks a pod must hold to count as "
@@ -239,6 +285,7 @@ _MODELLED: dict[str, _PluginType] = {
         Parameter("syncCrossReplicaState", bool, True, "share the counts across picker replicas when a "
                   "cross-replica syncer is configured"),
     )),
+    PRECISE_PRODUCER: _PluginType("producer", _PRECISE_PRODUCER_PARAMETERS),
     # dataproducer/tokenizer/tokenizer.go tokenizerPluginConfig. The model hashes what the
     # `estimate` backend (the one used with no tokenizer) produces, its media estimates
     # included; the picker model refuses the vllm and uds backends, which count real tokens.
@@ -279,7 +326,7 @@ _NOT_MODELLED: dict[str, _PluginType] = {
              alpha=("header-profile-handler",),
              deprecated=("disagg-headers-handler", "prefill-header-handler", "pd-profile-handler")),
     **_roles("decider", "always-disagg-pd-decider", "prefix-based-pd-decider", "always-disagg-multimodal-decider"),
-    **_roles("producer", "precise-prefix-cache-producer", "burst-prefix-cache-producer", "p2p-source-producer",
+    **_roles("producer", "burst-prefix-cache-producer", "p2p-source-producer",
              "multicluster-approx-prefix-cache-producer", PREDICTED_LATENCY_PRODUCER,
              "tokenizer", "mm-embeddings-cache-producer", "session-id-producer",
              alpha=("burst-prefix-cache-producer", "p2p-source-producer", "multicluster-approx-prefix-cache-producer"),
@@ -366,6 +413,8 @@ class EndpointPickerConfig:
     scheduling_profiles: tuple[SchedulingProfile, ...]
     feature_gates: Mapping[str, bool]
     warnings: tuple[str, ...]
+    # dataLayer.sources as written, each {pluginRef, extractors: [{pluginRef}]} (none: upstream's defaults).
+    data_sources: tuple[Mapping[str, Any], ...] = ()
 
     def plugin(self, name: str) -> PluginSpec:
         for spec in self.plugins:
@@ -405,12 +454,67 @@ def load_endpoint_picker_config(source: str | bytes | Mapping[str, Any]) -> Endp
         if document.get(key) is not None and not isinstance(document[key], Mapping):
             raise PickerConfigError(f"{key}: must be a mapping, got {_shown(document[key])}")
     plugins = _plugins(document.get("plugins"), warnings)
+    data_sources = _data_sources(document.get("dataLayer") or {}, plugins)
     profiles = _profiles(document.get("schedulingProfiles"), plugins, warnings)
     plugins, profiles = _apply_system_defaults(plugins, profiles, warnings)
     _check_producers(plugins, warnings)
+    _check_precise_wiring(plugins, data_sources, warnings)
     return EndpointPickerConfig(api_version=api_version, plugins=tuple(plugins.values()),
                                 scheduling_profiles=profiles, feature_gates=MappingProxyType(feature_gates),
-                                warnings=tuple(warnings))
+                                warnings=tuple(warnings), data_sources=data_sources)
+
+
+def _data_sources(data_layer: Mapping[str, Any], plugins: Mapping[str, PluginSpec]) -> tuple[Mapping[str, Any], ...]:
+    """dataLayer.sources (LDR config DataLayerConfig@v0.10.0): each a declared data-layer plugin
+    and the declared plugins that extract from what it delivers."""
+    sources = data_layer.get("sources")
+    if sources is None:
+        return ()
+    if not isinstance(sources, list):
+        raise PickerConfigError(f"dataLayer.sources: must be a list of {{pluginRef, extractors}}, got {_shown(sources)}")
+    for index, source in enumerate(sources):
+        where = f"dataLayer.sources[{index}]"
+        if not isinstance(source, Mapping) or not isinstance(source.get("pluginRef"), str):
+            raise PickerConfigError(f"{where}: must be a mapping with pluginRef (a data source plugin) and "
+                                    f"extractors, got {_shown(source)}")
+        refs = [(where, source["pluginRef"])]
+        extractors = source.get("extractors") or []
+        if not isinstance(extractors, list):
+            raise PickerConfigError(f"{where}.extractors: must be a list of {{pluginRef}}, got {_shown(extractors)}")
+        for position, extractor in enumerate(extractors):
+            if not isinstance(extractor, Mapping) or not isinstance(extractor.get("pluginRef"), str):
+                raise PickerConfigError(f"{where}.extractors[{position}]: must be a mapping with pluginRef, got "
+                                        f"{_shown(extractor)}")
+            refs.append((f"{where}.extractors[{position}]", extractor["pluginRef"]))
+        for place, ref in refs:
+            if ref not in plugins:
+                raise PickerConfigError(f"{place}.pluginRef: references undefined plugin {ref!r}; declare it under "
+                                        f"plugins (defined: {', '.join(plugins) or 'none'})")
+    return tuple(_frozen(source) for source in sources)
+
+
+def _check_precise_wiring(plugins: Mapping[str, PluginSpec], sources: tuple[Mapping[str, Any], ...],
+                          warnings: list[str]) -> None:
+    """What a precise-prefix-cache-producer needs from the rest of the config to score anything,
+    which upstream does not check: pods to subscribe to, and the engine's own tokens."""
+    for spec in plugins.values():
+        if spec.type != PRECISE_PRODUCER:
+            continue
+        events = spec.parameters["kvEventsConfig"] or {}
+        discovering = events.get("discoverPods", True) and not events.get("zmqEndpoint")
+        extracted = any(plugins[source["pluginRef"]].type == ENDPOINT_NOTIFICATION_SOURCE
+                        and any(extractor["pluginRef"] == spec.name for extractor in source.get("extractors") or ())
+                        for source in sources)
+        if discovering and not extracted:
+            warnings.append(f"{spec.origin}: {spec.name} finds pods only as an extractor of an "
+                            f"{ENDPOINT_NOTIFICATION_SOURCE} in dataLayer.sources, and none lists it: it subscribes "
+                            "to no pod's events (every prefix score 0)")
+        tokens = plugins.get(TOKEN_PRODUCER)
+        if tokens is None or token_backend(tokens.parameters) != "vllm":
+            warnings.append(f"{spec.origin}: {spec.name} keys the tokens of {TOKEN_PRODUCER}, which counts them with "
+                            "the estimate backend (4 bytes a token): vLLM's events carry vLLM's tokens, so no key "
+                            f"lines up (every prefix score 0). Declare {TOKEN_PRODUCER} with modelName and vllm: "
+                            "{url: ...}")
 
 
 def _decode_document(source: str | bytes | Mapping[str, Any]) -> Mapping[str, Any]:
@@ -663,6 +767,8 @@ def _check_plugin_parameters(plugin_type: str, values: dict[str, Any], written: 
                 raise PickerConfigError(f"{where}.parameters.{key}: {values[key]:g} is negative, which the "
                                         f"{INFLIGHT_PRODUCER} factory refuses ({key} must be non-negative); set "
                                         f"{key}: {example} or leave it out")
+    elif plugin_type == PRECISE_PRODUCER:
+        _check_precise_producer(values, where, warnings)
     elif plugin_type == TOKEN_PRODUCER:
         _check_token_backend(values, where)
         if values["estimate"] is not None:
@@ -702,6 +808,74 @@ def _check_affinity_filter(values: Mapping[str, Any], where: str, warnings: list
     if threshold <= 0:
         warnings.append(f"{where}.parameters.affinityThreshold {threshold:g}: the filter keeps every pod "
                         "(upstream turns it off at <= 0)")
+
+
+def _check_precise_producer(values: Mapping[str, Any], where: str, warnings: list[str]) -> None:
+    """preciseprefixcache/producer.go PluginFactory@v0.10.0 and the configs it validates, in order."""
+    indexer = values["indexerConfig"] or {}
+    if any(str(key).lower() == "tokenizerspoolconfig" for key in indexer):
+        raise PickerConfigError(f"{where}.parameters.indexerConfig.tokenizersPoolConfig: upstream's factory refuses it "
+                                "(\"tokenizersPoolConfig is not supported; configure a token-producer plugin "
+                                "instead\"); remove it and declare a token-producer with the vllm backend")
+    tokens = values["tokenProcessorConfig"] or {}
+    if tokens.get("blockSize"):
+        warnings.append(f"{where}.parameters.tokenProcessorConfig.blockSize is deprecated; use blockSizeTokens")
+    block = precise_block_tokens(values)
+    if block <= 0:
+        raise PickerConfigError(f"{where}.parameters.tokenProcessorConfig.blockSizeTokens: {block} is not above 0, "
+                                "which upstream refuses (\"blockSizeTokens must be greater than 0\"); set vLLM's "
+                                "--block-size, e.g. blockSizeTokens: 64")
+    events = values["kvEventsConfig"] or {}
+    _check_choices(_PRECISE_PRODUCER_PARAMETERS[2].fields, events, f"{where}.parameters.kvEventsConfig")
+    if events.get("concurrency", 4) <= 0:
+        raise PickerConfigError(f"{where}.parameters.kvEventsConfig.concurrency: {events['concurrency']} is not above "
+                                "0; upstream does not check it and its event pool divides by it, so the picker would "
+                                "crash at the first event: set 4 (the default) or leave it out")
+    if values["speculativeIndexing"]:
+        ttl = go_duration_seconds(values["speculativeTTL"])
+        if ttl is None:
+            raise PickerConfigError(f"{where}.parameters.speculativeTTL: {_shown(values['speculativeTTL'])} is not a "
+                                    "Go duration, which upstream refuses with speculativeIndexing on; write one, e.g. "
+                                    "2s or 500ms")
+        if ttl <= 0:
+            warnings.append(f"{where}.parameters.speculativeTTL {values['speculativeTTL']}: not above 0; upstream "
+                            "uses 2s")
+
+
+def precise_block_tokens(parameters: Mapping[str, Any]) -> int:
+    """The tokens per block key a decoded precise-prefix-cache-producer cuts (token_processor.go
+    defaulting@v0.10.0): blockSizeTokens, else the deprecated blockSize, else 16."""
+    tokens = parameters["tokenProcessorConfig"] or {}
+    return tokens.get("blockSizeTokens", 0) or tokens.get("blockSize", 0) or 16
+
+
+def speculative_ttl_seconds(parameters: Mapping[str, Any]) -> float | None:
+    """How long a decoded precise-prefix-cache-producer keeps a speculative entry; None when it
+    makes none (prerequest.go@v0.10.0: a TTL not above 0 means 2s)."""
+    if not parameters["speculativeIndexing"]:
+        return None
+    ttl = go_duration_seconds(parameters["speculativeTTL"])
+    return ttl if ttl is not None and ttl > 0 else 2.0
+
+
+# Go's time.ParseDuration units, in seconds.
+_GO_DURATION_UNITS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "μs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
+_GO_DURATION_PART = re.compile(r"(\d+\.?\d*|\.\d+)(ns|us|µs|μs|ms|s|m|h)")
+
+
+def go_duration_seconds(text: str) -> float | None:
+    """A Go duration string (time.ParseDuration: "2s", "1m30s", "-1.5h", "0") in seconds; None
+    when Go would refuse it."""
+    sign, body = (-1.0, text[1:]) if text[:1] == "-" else (1.0, text[1:] if text[:1] == "+" else text)
+    if body == "0":
+        return 0.0
+    seconds, position = 0.0, 0
+    for part in _GO_DURATION_PART.finditer(body):
+        if part.start() != position:
+            return None
+        seconds += float(part.group(1)) * _GO_DURATION_UNITS[part.group(2)]
+        position = part.end()
+    return sign * seconds if body and position == len(body) else None
 
 
 def _default_of(plugin_type: str, key: str) -> Any:
@@ -969,13 +1143,58 @@ def _closest(name: str, choices: frozenset[str] | tuple[str, ...]) -> str | None
 
 # -- rendering from weights ------------------------------------------------------------------------
 
-def render_endpoint_picker_config(weights: Mapping[str, Any]) -> dict[str, Any]:
+@dataclass(frozen=True)
+class PreciseIndex:
+    """What a rendered config needs to route on the pods' own KV-cache events (the precise
+    prefix index): vLLM's block size, which the block keys take; the served model's name, which
+    seeds them; the URL the token producer asks vLLM for its tokens at (its /render endpoints,
+    so the keys are cut from vLLM's own tokens); whether picks add speculative entries."""
+
+    block_size_tokens: int
+    model_name: str
+    vllm_url: str
+    speculative: bool = False
+
+
+# The plugins that read a prefix producer's match info, by the parameter that names it.
+_MATCH_INFO_READERS = (PREFIX, NO_HIT_LRU, AFFINITY_FILTER, INFLIGHT_PRODUCER)
+
+
+def _with_precise_index(document: dict[str, Any], precise: PreciseIndex | None) -> dict[str, Any]:
+    """`document` reading the precise producer's match info instead of the approximate one's:
+    upstream's sample (deploy/config/epp-precise-prefix-cache-config.yaml@v0.10.0) with the
+    document's own profile: the token producer on vLLM's tokens, the producer subscribed to each
+    pod it learns of through the endpoint notifications, the index's metrics on."""
+    if precise is None:
+        return document
+    producer: dict[str, Any] = {"tokenProcessorConfig": {"blockSizeTokens": precise.block_size_tokens},
+                                "indexerConfig": {"kvBlockIndexConfig": {"enableMetrics": True}}}
+    if precise.speculative:
+        producer["speculativeIndexing"] = True
+    plugins = [
+        {"type": TOKEN_PRODUCER, "parameters": {"modelName": precise.model_name, "vllm": {"url": precise.vllm_url}}},
+        {"type": METRICS_DATA_SOURCE}, {"type": CORE_METRICS_EXTRACTOR}, {"type": ENDPOINT_NOTIFICATION_SOURCE},
+        {"type": PRECISE_PRODUCER, "parameters": producer}]
+    for plugin in document["plugins"]:
+        if plugin["type"] == PREFIX_PRODUCER:
+            continue
+        if plugin["type"] in _MATCH_INFO_READERS:
+            plugin = {**plugin, "parameters": {**plugin.get("parameters", {}),
+                                               "prefixMatchInfoProducerName": PRECISE_PRODUCER}}
+        plugins.append(plugin)
+    return {**document, "plugins": plugins, "dataLayer": {"sources": [
+        {"pluginRef": METRICS_DATA_SOURCE, "extractors": [{"pluginRef": CORE_METRICS_EXTRACTOR}]},
+        {"pluginRef": ENDPOINT_NOTIFICATION_SOURCE, "extractors": [{"pluginRef": PRECISE_PRODUCER}]}]}}
+
+
+def render_endpoint_picker_config(weights: Mapping[str, Any], precise: PreciseIndex | None = None) -> dict[str, Any]:
     """The EndpointPickerConfig (llm-d.ai/v1alpha1) that runs HyperPod-style `weights`.
 
     One scorer per non-zero weight (queue -> queue-scorer, ..., lru -> no-hit-lru-scorer), the
     approximate prefix producer when prefix or lru needs it (where v0.9+ reads the prefix
-    tuning), one `default` profile with the max-score picker. Plugins and profile entries
-    always come in the same order, so the rendered text, and any hash of it, is stable.
+    tuning), one `default` profile with the max-score picker; with `precise`, the precise
+    prefix index in the approximate one's place. Plugins and profile entries always come in the
+    same order, so the rendered text, and any hash of it, is stable.
     """
     problems = []
     for name, value in weights.items():
@@ -999,15 +1218,15 @@ def render_endpoint_picker_config(weights: Mapping[str, Any]) -> dict[str, Any]:
         plugins.insert(types.index(PREFIX) if PREFIX in types else types.index(NO_HIT_LRU), {"type": PREFIX_PRODUCER})
     plugins += [{"type": MAX_SCORE_PICKER}, {"type": SINGLE_PROFILE_HANDLER}]
     refs = [{"pluginRef": WEIGHT_PLUGIN_TYPES[name], "weight": value} for name, value in active]
-    return {
+    return _with_precise_index({
         "apiVersion": API_VERSION,
         "kind": KIND,
         "plugins": plugins,
         "schedulingProfiles": [{"name": DEFAULT_PROFILE, "plugins": refs + [{"pluginRef": MAX_SCORE_PICKER}]}],
-    }
+    }, precise)
 
 
-def render_sticky_picker_config(parameters: Mapping[str, Any]) -> dict[str, Any]:
+def render_sticky_picker_config(parameters: Mapping[str, Any], precise: PreciseIndex | None = None) -> dict[str, Any]:
     """The EndpointPickerConfig (llm-d.ai/v1alpha1) of upstream's "sticky until saturated" recipe.
 
     The prefix-cache-affinity filter, with exactly the `parameters` given (each one of
@@ -1018,6 +1237,8 @@ def render_sticky_picker_config(parameters: Mapping[str, Any]) -> dict[str, Any]
     producer, so upstream would not start without inflight-load-producer. One `default` profile,
     plugins in a fixed order, so the text and its hash are stable. Values are written as given;
     load_endpoint_picker_config refuses those upstream's factory refuses, naming the parameter.
+    With `precise`, the filter and the in-flight-load producer read the precise prefix index
+    (both take prefixMatchInfoProducerName at v0.10.0).
     """
     unknown = [name for name in parameters if name not in STICKY_PARAMETERS]
     if unknown:
@@ -1032,14 +1253,14 @@ def render_sticky_picker_config(parameters: Mapping[str, Any]) -> dict[str, Any]
     given = {name: parameters[name] for name in STICKY_PARAMETERS if name in parameters}
     if given:
         affinity_filter["parameters"] = given
-    return {
+    return _with_precise_index({
         "apiVersion": API_VERSION,
         "kind": KIND,
         "plugins": [affinity_filter, {"type": TOKEN_LOAD}, {"type": PREFIX_PRODUCER}, {"type": INFLIGHT_PRODUCER},
                     {"type": MAX_SCORE_PICKER}, {"type": SINGLE_PROFILE_HANDLER}],
         "schedulingProfiles": [{"name": DEFAULT_PROFILE, "plugins": [
             {"pluginRef": AFFINITY_FILTER}, {"pluginRef": TOKEN_LOAD, "weight": 1}, {"pluginRef": MAX_SCORE_PICKER}]}],
-    }
+    }, precise)
 
 
 def endpoint_picker_config_yaml(document: Mapping[str, Any]) -> str:
