@@ -65,7 +65,7 @@ pulumi.export("effectiveWeights", {
     m.name: dict(m.effective_weights) if m.effective_weights is not None
     else "set by pickerConfigMap" if m.picker_config_map is not None else f"none: the {m.routing.recipe} recipe"
     for m in settings.models})
-pulumi.export("routing", {m.name: {"recipe": m.routing.recipe, **m.routing.parameters} for m in settings.models})
+pulumi.export("routing", {m.name: m.routing.as_config() for m in settings.models})
 pulumi.export("podSelectors", {m.name: dict(m.selector) for m in settings.models})
 pulumi.export("gatewayUrlCommand", gateway.url_command)
 if gateway.ca_command is not None:

@@ -21,6 +21,10 @@ ROUTER_RELEASE_CHARACTERS = 40
 # AWS's workshop shows them, leave unchanged.
 PICKER_GRPC_PORT = 9002
 PICKER_METRICS_PORT = 9090
+# Where each vLLM pod publishes its KV-cache events under the precise prefix index: vLLM's default
+# endpoint (tcp://*:5557, config/kv_events.py@0.32.0) and the port the picker dials on every pod it
+# learns of (kvEventsConfig.podDiscoveryConfig.socketPort, pkg/kvevents/pool.go@v0.10.0).
+KV_EVENTS_PORT = 5557
 # The body-based router's gRPC (ext_proc) port, where the gateway's Envoy sends it each request
 # (BBR's --grpc-port default and its chart's bbr.port, body-based-routing chart values.yaml@v1.5.0).
 BBR_GRPC_PORT = 9004

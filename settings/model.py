@@ -7,6 +7,8 @@ from dataclasses import dataclass, field, fields
 from types import MappingProxyType
 from typing import Mapping
 
+from .picker_config import PreciseIndex
+
 
 # The scorer weights the InferenceGatewayConfig CRD accepts (spec.schedulers[].weights).
 WEIGHT_NAMES = ("queue", "kvCache", "prefix", "runningRequests", "loraAffinity", "predictedLatency", "lru")
@@ -67,6 +69,15 @@ DEPENDENCY_ADDON_MINIMUMS: Mapping[str, str] = MappingProxyType({
 # The sticky recipe runs on gateway.implementation llm-d only (settings/parse.py says why).
 ROUTING_RECIPES = ("weights", "sticky")
 DEFAULT_ROUTING_RECIPE = "weights"
+# Where a model's picker learns which pods hold a request's prefix (models[].routing.prefixIndex,
+# or the stack-wide routing.prefixIndex): `approximate`, its own record of where it sent each
+# prefix; `precise`, the KV-cache events each vLLM pod publishes (llm-d's precise prefix-cache
+# routing, gateway.implementation llm-d only: settings/precise.py says what it needs and why).
+PREFIX_INDEXES = ("approximate", "precise")
+DEFAULT_PREFIX_INDEX = "approximate"
+# vLLM's block size under the precise index: 64 is a multiple of what vLLM 0.32's CPU attention
+# takes (32) and of what its GPU backends take (16), and upstream's precise sample uses it.
+DEFAULT_PRECISE_BLOCK_SIZE = 64
 
 # The controller runs this many pickers per scheduler when `replicas` is not set.
 DEFAULT_PICKER_REPLICAS = 2
@@ -103,10 +114,24 @@ class PickerConfigMap:
 @dataclass(frozen=True)
 class RoutingSettings:
     """A model's routing recipe and, for `sticky`, the filter parameters set (upstream's names;
-    those not set take upstream's defaults in the picker, so only these are rendered)."""
+    those not set take upstream's defaults in the picker, so only these are rendered); with the
+    precise prefix index, what the picker's index and the model's vLLM pods share."""
 
     recipe: str = DEFAULT_ROUTING_RECIPE
     parameters: Mapping[str, float] = field(default_factory=frozen_mapping)
+    precise: PreciseIndex | None = None
+
+    @property
+    def prefix_index(self) -> str:
+        return "precise" if self.precise is not None else DEFAULT_PREFIX_INDEX
+
+    def as_config(self) -> dict[str, object]:
+        """The routing keys as the stack's config sets them (the precise index's only when it runs)."""
+        shown: dict[str, object] = {"recipe": self.recipe, **self.parameters}
+        if self.precise is not None:
+            shown.update(prefixIndex=self.prefix_index, blockSize=self.precise.block_size_tokens,
+                         speculativeIndexing=self.precise.speculative)
+        return shown
 
 
 # KEDA's polling interval and the HorizontalPodAutoscaler's scale-down stabilization window, at

@@ -12,20 +12,22 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from settings.picker_config import (STICKY_PARAMETERS, PickerConfigError, load_endpoint_picker_config,
-                                    render_sticky_picker_config)
+from settings.picker_config import (PRECISE_PRODUCER, STICKY_PARAMETERS, PickerConfigError, PreciseIndex,
+                                    load_endpoint_picker_config, precise_block_tokens, render_sticky_picker_config)
 
 from .errors import HIDDEN, NO_VALUE, NOT_SET, SettingsError
 from .instance_types import ec2_instance_type_message
 from .kubernetes_names import subdomain_message
 from .hyperpod import HyperPodParser, capacity_problems, hyperpod_warnings, parse_platform, picker_replica_warnings
-from .model import (DEFAULT_IMPLEMENTATION, DEFAULT_NAMESPACE, DEFAULT_VLLM_IMAGE, DEPENDENCY_ADDON_MINIMUMS,
-                    MODELLED_VLLM_VERSION,
+from .model import (DEFAULT_IMPLEMENTATION, DEFAULT_NAMESPACE, DEFAULT_PRECISE_BLOCK_SIZE, DEFAULT_PREFIX_INDEX,
+                    DEFAULT_VLLM_IMAGE, DEPENDENCY_ADDON_MINIMUMS, MODELLED_VLLM_VERSION, PREFIX_INDEXES,
                     GATEWAY_IMPLEMENTATIONS, WEIGHT_NAMES, ClusterSettings, GatewaySettings, GpuNodeSettings,
                     ROUTING_RECIPES, JwtSettings, ModelSettings, NodeGroupSize, PickerConfigMap, RoutingSettings,
                     Settings, SystemNodeSettings, default_of, frozen_mapping, is_bottlerocket)
 from .model import NetworkPolicySettings, ObservabilitySettings
 from .observability import ObservabilityParser, observability_warnings
+from .precise import (block_size_message, declares_precise_producer, file_producer, model_name_message, precise_flags,
+                      vllm_flag)
 from .reader import MISSING, Coerce, ConfigNode, Problems, decode_json, did_you_mean, finite_number
 from .security import security_warnings
 
@@ -66,7 +68,19 @@ NETWORK_POLICY_KEYS = ("enabled", "monitoringNamespace", "apiServerCidrs")
 # The add-on accepts only an execution role whose name starts with this (its chart's rule under isAddOn).
 ADDON_EXECUTION_ROLE_PREFIX = "SageMakerHyperPodInference"
 IAM_ROLE_ARN = re.compile(r"^arn:aws[a-z-]*:iam::[0-9]{12}:role/(?:[\w+=,.@-]+/)*(?P<name>[\w+=,.@-]{1,64})$")
-ROUTING_KEYS = ("recipe", *STICKY_PARAMETERS)
+# The routing keys that mean something only with the precise prefix index.
+PRECISE_KEYS = ("speculativeIndexing", "blockSize")
+# Why HyperPod's gateway runs neither the sticky recipe nor the precise prefix index.
+STICKY_ON_HYPERPOD = ("HyperPod's gateway exposes scorer weights (spec.schedulers[].weights), not filters, and AWS "
+                      "does not publish which llm-d release its picker runs. Keep the weights recipe, or put the sticky "
+                      "plugins in a models[].pickerConfigMap.file written for the release you know yours runs "
+                      "(predict follows that file).")
+PRECISE_ON_HYPERPOD = ("HyperPod's gateway takes scorer weights (or a whole picker ConfigMap), and AWS does not "
+                       "publish which llm-d release its picker runs: the precise-prefix-cache-producer first ships in "
+                       "llm-d router v0.9.0 (Beta at v0.10.0), and the evidence bounds HyperPod's picker to v0.5-v0.10, "
+                       "so the stack cannot know the producer is there to read the pods' events. Keep prefixIndex "
+                       "approximate.")
+ROUTING_KEYS = ("recipe", "prefixIndex", *PRECISE_KEYS, *STICKY_PARAMETERS)
 _REFUSED_PARAMETER = re.compile(r"^plugins\[\d+\]\.parameters\.(?P<name>\w+): \S+ (?P<why>.*)$")
 JWT_KEYS = ("name", "issuer", "jwksUri", "audiences", "requiredClaims")
 CLAIM_KEYS = ("name", "valueType", "values")
@@ -197,7 +211,8 @@ class _Parser:
         implementation = self.implementation(gateway_node, platform)
         if routing:
             self.routing_rules("routing", routing, {}, implementation)
-        models = self.models(top.raw("models"), weights, routing, implementation)
+        models = self.models(top.raw("models"), weights, routing, implementation,
+                             namespace if isinstance(namespace, str) else DEFAULT_NAMESPACE)
         if hyperpod is not None:
             capacity_problems(hyperpod, models, self.problems)
         gateway = self.gateway(gateway_node, models, implementation, cluster)
@@ -265,7 +280,7 @@ class _Parser:
     # -- models ----------------------------------------------------------------------------
 
     def models(self, raw: Any, gateway_weights: dict[str, int], gateway_routing: dict[str, Any],
-               implementation: str) -> tuple[ModelSettings, ...]:
+               implementation: str, namespace: str) -> tuple[ModelSettings, ...]:
         if isinstance(raw, str):
             decoded = decode_json(raw)
             raw = decoded if decoded is not MISSING else raw
@@ -284,7 +299,7 @@ class _Parser:
                                                                  "(one per model); split the models over several stacks.")
         models = []
         for index, entry in enumerate(raw):
-            model = self.model(f"models[{index}]", entry, gateway_weights, gateway_routing, implementation)
+            model = self.model(f"models[{index}]", entry, gateway_weights, gateway_routing, implementation, namespace)
             if model is not None:
                 models.append(model)
         self._unique(models, "name", "name", "each model's scheduler needs its own name.")
@@ -304,7 +319,7 @@ class _Parser:
                 first_index[value] = index
 
     def model(self, key: str, entry: Any, gateway_weights: dict[str, int], gateway_routing: dict[str, Any],
-              implementation: str) -> ModelSettings | None:
+              implementation: str, namespace: str) -> ModelSettings | None:
         if not isinstance(entry, dict):
             self.problems.add(key, entry, "must be an object with at least `name` and `model`.")
             return None
@@ -364,6 +379,17 @@ class _Parser:
                               "the llm-d picker (CRD rule). Use scheduler 'llm-d' or remove the lru weight.")
         if implementation == "llm-d":
             self.open_source_picker_rules(key, entry, scheduler, own_weights, weights, config_map, picker_replicas)
+        precise = None
+        if implementation == "llm-d" and routing.get("prefixIndex") == "precise":
+            precise = self.precise_index(key, routing, own_routing, config_map, model_id, extra_args,
+                                         f"http://{deployment}.{namespace}.svc:{port}")
+        elif implementation == "llm-d" and config_map is not None and declares_precise_producer(config_map.text):
+            index_key = f"{key}.routing.prefixIndex"
+            self.problems.add(f"{key}.pickerConfigMap.file", config_map.file,
+                              f"declares {PRECISE_PRODUCER}, which indexes the KV-cache events of the model's pods, "
+                              f"and the model's routing.prefixIndex is {DEFAULT_PREFIX_INDEX!r}: its pods publish "
+                              f"none, so every prefix score would be 0. Set `pulumi config set --path {index_key} "
+                              "precise`.")
         if len(self.problems.items) > before:
             return None
         return ModelSettings(
@@ -373,7 +399,8 @@ class _Parser:
             max_model_len=max_model_len, gpu_memory_utilization=gpu_memory, extra_args=extra_args,
             scheduler=scheduler, weights=frozen_mapping(weights), picker_config_map=config_map,
             routing=RoutingSettings(routing.get("recipe", default_of(RoutingSettings, "recipe")),
-                                    frozen_mapping({n: v for n, v in routing.items() if n != "recipe"})),
+                                    frozen_mapping({n: v for n, v in routing.items() if n in STICKY_PARAMETERS}),
+                                    precise),
             lora_adapters=loras, picker_replicas=picker_replicas, route_timeout=route_timeout, log_level=log_level,
             autoscaling=autoscaling)
 
@@ -390,14 +417,24 @@ class _Parser:
         node = parent.child(name)
         node.reject_unknown(ROUTING_KEYS)
         fields = {}
-        recipe = node.leaf("recipe", self.coerce.choice(ROUTING_RECIPES), MISSING)
-        if recipe is not MISSING:
-            fields["recipe"] = recipe
+        c = self.coerce
+        for field_name, coerce in (("recipe", c.choice(ROUTING_RECIPES)), ("prefixIndex", c.choice(PREFIX_INDEXES)),
+                                   ("speculativeIndexing", c.boolean), ("blockSize", self.block_size)):
+            value = node.leaf(field_name, coerce, MISSING)
+            if value is not MISSING:
+                fields[field_name] = value
         for parameter in STICKY_PARAMETERS:
             value = node.leaf(parameter, self.sticky_number, MISSING)
             if value is not MISSING:
                 fields[parameter] = value
         return fields
+
+    def block_size(self, key: str, value: Any) -> Any:
+        size = self.coerce.integer(hint=" It is vLLM's --block-size, in tokens.")(key, value)
+        if size is not MISSING and (message := block_size_message(size)) is not None:
+            self.problems.add(key, value, message)
+            return MISSING
+        return size
 
     def sticky_number(self, key: str, value: Any) -> Any:
         number = finite_number(value)
@@ -410,27 +447,28 @@ class _Parser:
     def routing_rules(self, key: str, routing: dict[str, Any], inherited: dict[str, Any], implementation: str) -> None:
         """What a routing block (`key`, merged over the stack-wide `inherited`) may not do."""
         recipe = routing.get("recipe", default_of(RoutingSettings, "recipe"))
-        parameters = {name: value for name, value in routing.items() if name != "recipe"}
+        parameters = {name: value for name, value in routing.items() if name in STICKY_PARAMETERS}
         own = {name for name, value in routing.items() if inherited.get(name, MISSING) != value}
 
         def where(name: str) -> str:
             return f"{key}.{name}" if name in own or not inherited else f"routing.{name}"
 
-        if recipe == "sticky" and implementation == "hyperpod" and "recipe" in own:
-            self.problems.add(where("recipe"), recipe,
-                              "runs only on gateway.implementation llm-d: HyperPod's gateway exposes scorer weights "
-                              "(spec.schedulers[].weights), not filters, and AWS does not publish which llm-d release "
-                              "its picker runs. Keep the weights recipe, or put the sticky plugins in a "
-                              "models[].pickerConfigMap.file written for the release you know yours runs (predict "
-                              "follows that file).")
-            return
-        if recipe != "sticky":
-            for name in sorted(set(parameters) & own):
-                self.problems.add(where(name), parameters[name],
-                                  f"is a parameter of the sticky recipe, and {where('recipe')} is {recipe!r}. Set "
-                                  f"`pulumi config set --path {where('recipe')} sticky`, or remove it.")
-            return
-        if not parameters:
+        # Each switch: its key and default, the value that runs on llm-d only (and why), the keys
+        # that mean something only with that value.
+        switches = (("recipe", default_of(RoutingSettings, "recipe"), "sticky", STICKY_ON_HYPERPOD, STICKY_PARAMETERS,
+                     "is a parameter of the sticky recipe"),
+                    ("prefixIndex", DEFAULT_PREFIX_INDEX, "precise", PRECISE_ON_HYPERPOD, PRECISE_KEYS,
+                     "applies to the precise prefix index"))
+        for switch, default, llm_d_only, why_not_hyperpod, dependents, what in switches:
+            value = routing.get(switch, default)
+            if value == llm_d_only and implementation == "hyperpod" and switch in own:
+                self.problems.add(where(switch), value, f"runs only on gateway.implementation llm-d: {why_not_hyperpod}")
+            elif value != llm_d_only:
+                for name in sorted(set(dependents) & own):
+                    self.problems.add(where(name), routing[name],
+                                      f"{what}, and {where(switch)} is {value!r}. Set "
+                                      f"`pulumi config set --path {where(switch)} {llm_d_only}`, or remove it.")
+        if recipe != "sticky" or not parameters or (implementation == "hyperpod" and "recipe" in own):
             return
         try:
             load_endpoint_picker_config(render_sticky_picker_config(parameters))
@@ -441,6 +479,42 @@ class _Parser:
                 self.problems.add(where(refused["name"]), parameters[refused["name"]], refused["why"])
             else:
                 self.problems.add(key, routing, f"is refused as the llm-d router v0.10 refuses it: {error}")
+
+    def precise_index(self, key: str, routing: dict[str, Any], own_routing: dict[str, Any],
+                      config_map: PickerConfigMap | None, model_id: Any, extra_args: Any,
+                      vllm_url: str) -> PreciseIndex | None:
+        """What the model's picker and its vLLM pods share under routing.prefixIndex precise; None
+        when something in the model's config contradicts it (each problem added)."""
+        def where(name: str) -> str:
+            return f"{key}.routing.{name}" if name in own_routing else f"routing.{name}"
+
+        before = len(self.problems.items)
+        block = routing.get("blockSize", DEFAULT_PRECISE_BLOCK_SIZE)
+        speculative = routing.get("speculativeIndexing", False)
+        if isinstance(model_id, str) and (message := model_name_message(model_id)) is not None:
+            self.problems.add(f"{key}.model", model_id, message)
+        for arg in precise_flags(extra_args if isinstance(extra_args, tuple) else ()):
+            fix = (f"; set the block size with `pulumi config set --path {key}.routing.blockSize <tokens>`"
+                   if vllm_flag(arg) == "--block-size" else "")
+            self.problems.add(f"{key}.extraArgs", arg, f"sets {vllm_flag(arg)}, which the stack sets itself with "
+                                                       f"{where('prefixIndex')} precise{fix}. Remove it.")
+        if config_map is not None and config_map.text is not None:
+            parameters, problems = file_producer(config_map.text)
+            for problem in problems:
+                self.problems.add(f"{key}.pickerConfigMap.file", config_map.file, problem)
+            if "speculativeIndexing" in routing:
+                self.problems.add(where("speculativeIndexing"), routing["speculativeIndexing"],
+                                  f"configures the picker, which {key}.pickerConfigMap.file configures instead. Set "
+                                  f"speculativeIndexing in its {PRECISE_PRODUCER}'s parameters, and remove this key.")
+            if parameters is not None:
+                block, speculative = precise_block_tokens(parameters), parameters["speculativeIndexing"]
+                if routing.get("blockSize", block) != block:
+                    self.problems.add(where("blockSize"), routing["blockSize"],
+                                      f"differs from the blockSizeTokens ({block}) of the {PRECISE_PRODUCER} in "
+                                      f"{key}.pickerConfigMap.file, which vLLM's --block-size follows. Remove it.")
+        if len(self.problems.items) > before:
+            return None
+        return PreciseIndex(block_size_tokens=block, model_name=model_id, vllm_url=vllm_url, speculative=speculative)
 
     def sticky_conflicts(self, key: str, own_routing: dict[str, Any], own_weights: dict[str, int],
                          weights: dict[str, int], config_map: PickerConfigMap | None) -> None:

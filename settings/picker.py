@@ -24,10 +24,11 @@ def endpoint_picker_config(model: ModelSettings) -> dict[str, Any] | None:
 
 
 def rendered_picker_config(model: ModelSettings) -> dict[str, Any]:
-    """The configuration the stack renders for a model without a picker file: its recipe's."""
+    """The configuration the stack renders for a model without a picker file: its recipe's, on
+    the precise prefix index when the model runs it."""
     if model.routing.recipe == "sticky":
-        return render_sticky_picker_config(model.routing.parameters)
-    return render_endpoint_picker_config(model.effective_weights)
+        return render_sticky_picker_config(model.routing.parameters, model.routing.precise)
+    return render_endpoint_picker_config(model.effective_weights, model.routing.precise)
 
 
 def endpoint_picker_config_text(model: ModelSettings) -> str | None:

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from typing import Any
 
 from components.gpu_nodes.render import toleration as gpu_toleration
 from settings import ModelSettings
+from settings.endpoints import KV_EVENTS_PORT
+from settings.precise import TOPIC_PREFIX
 
 # The Secret holding the Hugging Face token, shared by every model of the namespace.
 HF_TOKEN_SECRET = "hf-token"
@@ -47,6 +50,20 @@ def pod_labels(model: ModelSettings) -> dict[str, str]:
             "app.kubernetes.io/part-of": PART_OF, "inference-gateway/model": model.name}
 
 
+# The pod's own address, which Kubernetes substitutes for $(POD_IP) in the arguments: the event
+# topic names its pod as llm-d's guides do (the picker keys a pod by the address it dials instead).
+POD_IP_ENV = {"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}
+
+
+def kv_events_config(model: ModelSettings) -> str:
+    """vLLM's --kv-events-config under the precise prefix index: publish over ZMQ, bound on every
+    address of the pod (a `*` endpoint binds; the picker connects), on a topic the picker's `kv@`
+    filter takes whose last part is the model name requests carry. No replay socket: see
+    docs/configuration.md, "Precise prefix-cache routing"."""
+    return json.dumps({"enable_kv_cache_events": True, "publisher": "zmq", "endpoint": f"tcp://*:{KV_EVENTS_PORT}",
+                       "topic": f"{TOPIC_PREFIX}$(POD_IP)@{model.model}"})
+
+
 def vllm_args(model: ModelSettings) -> list[str]:
     """Arguments to the image's entrypoint, `vllm serve`, which takes the model positionally
     (`--model` there is deprecated: vLLM 0.32 warns that it will be removed)."""
@@ -59,6 +76,11 @@ def vllm_args(model: ModelSettings) -> list[str]:
         args += ["--max-model-len", str(model.max_model_len)]
     if model.gpu_memory_utilization is not None:
         args += ["--gpu-memory-utilization", f"{model.gpu_memory_utilization:g}"]
+    if model.routing.precise is not None:
+        # --enable-scale-out serves the /render endpoints the picker's token producer asks for
+        # vLLM's own tokens (vLLM 0.32 answers them 403 without it).
+        args += ["--block-size", str(model.routing.precise.block_size_tokens),
+                 "--kv-events-config", kv_events_config(model), "--enable-scale-out"]
     return args + list(model.extra_args)
 
 
@@ -83,8 +105,14 @@ def deployment(model: ModelSettings, namespace: str, *, hf_token: bool,
         "securityContext": dict(SECURITY_CONTEXT),
         "volumeMounts": [{"name": name, "mountPath": path} for name, path in WRITABLE_PATHS],
     }
+    env = []
     if hf_token:
-        container["env"] = [{"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": HF_TOKEN_SECRET, "key": HF_TOKEN_KEY}}}]
+        env.append({"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": HF_TOKEN_SECRET, "key": HF_TOKEN_KEY}}})
+    if model.routing.precise is not None:
+        env.append(POD_IP_ENV)
+        container["ports"].append({"name": "kv-events", "containerPort": KV_EVENTS_PORT, "protocol": "TCP"})
+    if env:
+        container["env"] = env
     pod_spec: dict[str, Any] = {
         "containers": [container],
         # vLLM never calls the Kubernetes API: its pods carry no token for it.

@@ -2,8 +2,10 @@
 
 Per model, on both platforms:
 - its vLLM pods admit vLLM's port from the gateway's data plane (which sends them requests), from
-  the model's own pickers (they scrape /metrics), from the monitoring namespace and from
-  gateway.networkPolicy.apiServerCidrs; nothing else reaches them;
+  the model's own pickers (they scrape /metrics and, with the precise prefix index, ask /render for
+  tokens), from the monitoring namespace and from gateway.networkPolicy.apiServerCidrs; with the
+  precise prefix index, their KV-cache event port from the model's own pickers alone (each picker
+  dials every pod's event socket); nothing else reaches them;
 - its picker pods admit their gRPC (ext_proc) port from the gateway's data plane alone, and their
   metrics port from the monitoring namespace.
 On llm-d with body-based routing, its pods admit their gRPC (ext_proc) port from the gateway's data
@@ -18,8 +20,8 @@ from __future__ import annotations
 from typing import Any
 
 from settings import ModelSettings, Settings
-from settings.endpoints import (BBR_GRPC_PORT, PICKER_GRPC_PORT, PICKER_METRICS_PORT, Pods, bbr_name, bbr_pods,
-                                gateway_pods, picker_pod_labels)
+from settings.endpoints import (BBR_GRPC_PORT, KV_EVENTS_PORT, PICKER_GRPC_PORT, PICKER_METRICS_PORT, Pods, bbr_name,
+                                bbr_pods, gateway_pods, picker_pod_labels)
 
 # Kubernetes sets it on every namespace (1.22+): how a policy names a namespace.
 NAMESPACE_NAME_LABEL = "kubernetes.io/metadata.name"
@@ -49,12 +51,14 @@ def _tcp(port: int) -> list[dict[str, Any]]:
 def model_policy(settings: Settings, model: ModelSettings) -> dict[str, Any]:
     policy = settings.gateway.network_policy
     namespace = settings.namespace
-    sources = [peer(gateway_pods(settings), namespace),
-               peer(Pods(namespace, picker_pod_labels(settings, model)), namespace),
+    pickers = peer(Pods(namespace, picker_pod_labels(settings, model)), namespace)
+    sources = [peer(gateway_pods(settings), namespace), pickers,
                peer(Pods(policy.monitoring_namespace, None), namespace),
                *({"ipBlock": {"cidr": cidr}} for cidr in policy.api_server_cidrs)]
-    return _policy(f"{model.deployment}-ingress", namespace, dict(model.selector),
-                   [{"from": sources, "ports": _tcp(model.port)}])
+    ingress = [{"from": sources, "ports": _tcp(model.port)}]
+    if model.routing.precise is not None:
+        ingress.append({"from": [pickers], "ports": _tcp(KV_EVENTS_PORT)})
+    return _policy(f"{model.deployment}-ingress", namespace, dict(model.selector), ingress)
 
 
 def picker_policy(settings: Settings, model: ModelSettings) -> dict[str, Any]:

@@ -9,7 +9,9 @@ import subprocess
 import pytest
 
 from components.model_server.render import vllm_args
-from settings import MODELLED_VLLM_VERSION, load_stack
+from settings import MODELLED_VLLM_VERSION, load_stack, parse_settings, read_stack_config, stack_file
+from settings.picker import rendered_picker_config
+from settings.picker_config import PRECISE_PRODUCER
 
 pytestmark = pytest.mark.e2e
 
@@ -37,8 +39,14 @@ for argv in json.loads(sys.argv[1]):
     except SystemExit:
         results.append({"error": errors.getvalue()})
         continue
+    events = args.kv_events_config
     results.append({"model": args.model_tag, "port": args.port, "prefix_caching": args.enable_prefix_caching,
                     "tensor_parallel": args.tensor_parallel_size, "max_model_len": args.max_model_len,
+                    "block_size": args.block_size, "scale_out": args.enable_scale_out,
+                    "kv_events": None if events is None else {"enabled": events.enable_kv_cache_events,
+                                                              "publisher": events.publisher,
+                                                              "endpoint": events.endpoint, "topic": events.topic,
+                                                              "replay_endpoint": events.replay_endpoint},
                     "warnings": [w for w in warnings if "--model" in w]})
 print(json.dumps({"version": __version__, "results": results}))
 """
@@ -61,3 +69,16 @@ def test_vllm_serve_of_the_deployed_release_parses_every_models_arguments_and_re
         assert result["prefix_caching"] is True and result["max_model_len"] == model.max_model_len
         assert result["warnings"] == []
     assert "--no-such-flag" in refused["error"]
+
+
+def test_vllm_serve_reads_the_precise_index_arguments_as_the_picker_expects_them(vllm_python):
+    raw, _ = read_stack_config(stack_file("eks"))
+    models = parse_settings({**raw, "routing.prefixIndex": "precise", "routing.blockSize": "128"}, stack="eks").models
+    parsed = parsed_by_vllm_serve(vllm_python, [vllm_args(model) for model in models])
+    for model, result in zip(models, parsed["results"]):
+        assert "error" not in result, result
+        (producer,) = [p for p in rendered_picker_config(model)["plugins"] if p["type"] == PRECISE_PRODUCER]
+        assert result["block_size"] == producer["parameters"]["tokenProcessorConfig"]["blockSizeTokens"] == 128
+        assert result["scale_out"] is True and result["prefix_caching"] is True
+        assert result["kv_events"] == {"enabled": True, "publisher": "zmq", "endpoint": "tcp://*:5557",
+                                       "topic": f"kv@$(POD_IP)@{model.model}", "replay_endpoint": None}
