@@ -1,13 +1,15 @@
 """The precise prefix index (`routing.prefixIndex: precise`) under mocks on the eks stack: the picker
-indexes the KV-cache events of the model's own vLLM pods, so the picker config, every vLLM pod and
-the NetworkPolicy must agree, and what cannot agree is refused before anything exists."""
+indexes the KV-cache events of the model's own vLLM pods, so the picker config, every vLLM pod, the
+NetworkPolicy and the dashboard must agree, and what cannot agree is refused before anything exists."""
 
 import json
+import re
 from pathlib import Path
 
 import jsonschema
 import pytest
 
+from components.observability import dashboard
 from components.llmd_router import render as router_render
 from settings import load_stack
 from settings.picker_config import (PRECISE_PRODUCER, endpoint_picker_config_yaml, load_endpoint_picker_config,
@@ -16,6 +18,7 @@ from tests.stack.program import run_program
 from tests.test_program import changed_resources, from_stack_file, registered_before_refusal
 from tests.test_program_eks import PICKER_SCHEMA, picker_config
 from tests.test_program_security import objects, selector_problems
+from tests.test_observability import ROUTER_METRICS
 
 PRECISE = {"routing.prefixIndex": "precise"}
 PICKER_LABELS = {"qwen": {"llm-d-router-gateway": "qwen-epp"}, "qwen-small": {"llm-d-router-gateway": "qwen-small-epp"}}
@@ -104,7 +107,8 @@ def test_an_approximate_model_beside_a_precise_one_is_left_as_it_was():
     before = run_program(eks(), stack="eks")
     after = run_program(eks(models={1: {"routing": {"prefixIndex": "precise"}}}), stack="eks")
     assert sorted(name for _, name in changed_resources(before, after)) == [
-        "front-door-vllm-qwen-small-ingress", "model-qwen-small-deployment", "router-qwen-small-router"]
+        "front-door-vllm-qwen-small-ingress", "model-qwen-small-deployment", "observability-qwen-small-dashboard",
+        "router-qwen-small-router"]
     # Stack-wide precise, and one model keeping the approximate index.
     mixed = run_program(eks(models={0: {"routing": {"prefixIndex": "approximate"}}}, **PRECISE), stack="eks")
     assert vllm_container(mixed, "qwen") == vllm_container(before, "qwen")
@@ -173,6 +177,40 @@ def test_a_picker_file_with_the_precise_producer_runs_verbatim_and_vllm_follows_
     rules = run.kubernetes_object("NetworkPolicy", "vllm-qwen-small-ingress")["spec"]["ingress"]
     assert rules[-1] == {"from": [{"podSelector": {"matchLabels": PICKER_LABELS["qwen-small"]}}],
                          "ports": [{"protocol": "TCP", "port": 5557}]}
+
+
+def test_the_dashboard_shows_the_index_of_precise_models_only_from_what_the_router_exports():
+    run = run_program(eks(models={1: {"routing": {"prefixIndex": "precise"}}}), stack="eks")
+    titles = {model: [panel["title"] for panel in json.loads(
+        run.kubernetes_object("ConfigMap", f"routing-{model}")["data"][f"routing-{model}.json"])["panels"]]
+        for model in ("qwen", "qwen-small")}
+    precise = [title for title in titles["qwen-small"] if title.startswith("Precise index")]
+    assert precise == ["Precise index: blocks held per lookup", "Precise index: block keys admitted and evicted",
+                       "Precise index: events received per vLLM pod", "Precise index: subscribed pods and ZMQ errors"]
+    assert not [title for title in titles["qwen"] if title.startswith("Precise index")]
+    settings = precise_settings()
+    families = set(ROUTER_METRICS["families"]) | set(ROUTER_METRICS["preciseIndexFamilies"])
+    names = {name for model in settings.models for expr in dashboard.every_expression(settings, model)
+             for name in re.findall(r"([a-zA-Z_:][a-zA-Z0-9_:]*)\{", expr) if not name.startswith("vllm:")}
+    assert {name for name in names if "kv_cache_index" in name or "kv_cache_events" in name}
+    assert {re.sub(r"_bucket$", "", name) for name in names} <= families
+
+
+def precise_settings():
+    from settings import parse_settings, read_stack_config, stack_file
+
+    raw, _ = read_stack_config(stack_file("eks"))
+    return parse_settings({**raw, **PRECISE}, stack="eks")
+
+
+def test_every_precise_index_query_passes_promtool_check(tmp_path):
+    from tests.test_observability_rules import as_recording_rules, check, required_tool
+
+    settings = precise_settings()
+    expressions = [expr for model in settings.models for panel in dashboard.precise_index_panels(settings, model)
+                   for expr, _ in panel.targets]
+    result = check(required_tool("promtool"), tmp_path, [as_recording_rules(expressions)])
+    assert result.returncode == 0, result.stdout + result.stderr
 
 
 def refusal_line(config):

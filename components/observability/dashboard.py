@@ -72,6 +72,8 @@ def panels(settings: Settings, model: ModelSettings) -> list[Panel]:
                (q.picker_ready_endpoints(settings, model), "ready endpoints")),
               "s", f"How long {picker} takes to pick, and how many of the pool's pods it sees ready."),
     ]
+    if model.routing.precise is not None:
+        shown += precise_index_panels(settings, model)
     if model.autoscaling is not None:
         scaling = model.autoscaling
         shown.append(Panel(f"Scaler: {scaling.metric} per pod (target {scaling.target:g})",
@@ -81,6 +83,33 @@ def panels(settings: Settings, model: ModelSettings) -> list[Panel]:
                                    f"{scaling.max_replicas}; a new pod starts with a cold prefix cache.",
                            threshold=scaling.target))
     return shown
+
+
+def precise_index_panels(settings: Settings, model: ModelSettings) -> list[Panel]:
+    """What the picker's precise prefix index sees of the pods' KV-cache events. The index counters
+    are there when the producer's enableMetrics is on (the stack's rendered config sets it; a
+    picker file must set it itself)."""
+    q = queries
+    return [
+        Panel("Precise index: blocks held per lookup", ((q.index_blocks_per_lookup(settings, model), "blocks"),),
+              "none", "Per lookup of a request's block keys, the most of them any one pod holds "
+                      "(kv_cache_index_lookup_hits_total over _lookup_requests_total). Near 0 while the pods' own "
+                      "hit rate is high: the picker's keys and the pods' events do not line up (block size, model "
+                      "name, tokens)."),
+        Panel("Precise index: block keys admitted and evicted",
+              ((q.index_admissions(settings, model), "admitted"), (q.index_evictions(settings, model), "evicted")),
+              "short", "Per second: keys the pods' BlockStored events (and speculative entries) add to the index, "
+                       "and entries their BlockRemoved events take out."),
+        Panel("Precise index: events received per vLLM pod", ((q.events_received(settings, model),
+                                                              "{{pod_identifier}}"),),
+              "short", "Event batches per second the picker receives from each pod's socket (port 5557). A pod "
+                       "serving requests with none here is not reached: its NetworkPolicy, its port, its topic."),
+        Panel("Precise index: subscribed pods and ZMQ errors",
+              ((q.active_subscribers(settings, model), "subscribers"), (q.pods_serving(settings, model), "pods"),
+               (q.zmq_errors(settings, model), "errors/s {{operation}}")),
+              "none", "The picker subscribes to every pod of the pool it sees, so subscribers should equal pods; a "
+                      "subscriber that cannot connect retries every 5 s and counts an error each time."),
+    ]
 
 
 def _panel(panel: Panel):

@@ -7,7 +7,8 @@ are those of its chart's ServiceMonitor on llm-d (`service=<release>-epp`) or of
 PodMonitor on HyperPod (`app=<model>-epp`).
 
 Metric names: vLLM 0.32's (vllm/v1/metrics/loggers.py; the dashboard test reads a real server's
-/metrics), the llm-d router v0.10.0's (pkg/epp/metrics/llm_d_router_metrics.go@v0.10.0). AWS does
+/metrics), the llm-d router v0.10.0's (pkg/epp/metrics/llm_d_router_metrics.go@v0.10.0; its precise
+prefix index's, pkg/kvcache/metrics/collector.go@v0.10.0). AWS does
 not publish which router release HyperPod's picker runs (v0.5 to v0.10 by the evidence, reference
 endpoint-picker-upstream.md §9), so there the picker panels read the names every release of that
 range emits, which v0.10.0 still writes beside its own (docs/metrics.md@v0.10.0, "Deprecated series").
@@ -29,6 +30,19 @@ WAITING = "vllm:num_requests_waiting"
 RUNNING = "vllm:num_requests_running"
 TTFT_BUCKETS = "vllm:time_to_first_token_seconds_bucket"
 GENERATED_TOKENS = "vllm:generation_tokens_total"
+
+# The picker's precise prefix index (collector.go@v0.10.0), on the picker's own /metrics once the
+# precise-prefix-cache-producer runs. The index counters move only with the producer's
+# indexerConfig.kvBlockIndexConfig.enableMetrics on, which the stack's rendered config sets.
+INDEX_LOOKUPS = "llm_d_router_epp_kv_cache_index_lookup_requests_total"
+# Per lookup, the most looked-up block keys any one pod holds (instrumented_index.go@v0.10.0).
+INDEX_LOOKUP_HITS = "llm_d_router_epp_kv_cache_index_lookup_hits_total"
+INDEX_ADMISSIONS = "llm_d_router_epp_kv_cache_index_admissions_total"
+INDEX_EVICTIONS = "llm_d_router_epp_kv_cache_index_evictions_total"
+# Labelled pod_identifier: the vLLM pod (namespace/name) whose socket the picker subscribes to.
+EVENTS_RECEIVED = "llm_d_router_epp_kv_cache_events_messages_received_total"
+ZMQ_ERRORS = "llm_d_router_epp_kv_cache_events_zmq_errors_total"
+ACTIVE_SUBSCRIBERS = "llm_d_router_epp_kv_cache_events_active_subscribers"
 
 # Rates over two minutes: eight scrapes at the default 15 s, enough for rate() to survive a missed
 # one, short enough that a seed batch (a minute) shows as it happens.
@@ -152,6 +166,38 @@ def picker_started(settings: Settings, model: ModelSettings, within: str = RATE_
     metrics = picker_metrics(settings)
     sel = picker_selector(settings, model)
     return f"count by (pod) ({metrics.info}{{{sel}}} unless {metrics.info}{{{sel}}} offset {within})"
+
+
+def _picker_rate(metric: str, settings: Settings, model: ModelSettings, by: str = "") -> str:
+    grouping = f" by ({by}) " if by else ""
+    return f"sum{grouping}(rate({metric}{{{picker_selector(settings, model)}}}[{RATE_WINDOW}]))"
+
+
+def index_blocks_per_lookup(settings: Settings, model: ModelSettings) -> str:
+    """Block keys the best-holding pod has, per lookup of the picker's precise index."""
+    return f"{_picker_rate(INDEX_LOOKUP_HITS, settings, model)} / {_picker_rate(INDEX_LOOKUPS, settings, model)}"
+
+
+def index_admissions(settings: Settings, model: ModelSettings) -> str:
+    return _picker_rate(INDEX_ADMISSIONS, settings, model)
+
+
+def index_evictions(settings: Settings, model: ModelSettings) -> str:
+    return _picker_rate(INDEX_EVICTIONS, settings, model)
+
+
+def events_received(settings: Settings, model: ModelSettings) -> str:
+    """Event batches per second the picker receives, per vLLM pod."""
+    return _picker_rate(EVENTS_RECEIVED, settings, model, by="pod_identifier")
+
+
+def zmq_errors(settings: Settings, model: ModelSettings) -> str:
+    """The picker's failed ZMQ operations per second (connect, recv, ...)."""
+    return _picker_rate(ZMQ_ERRORS, settings, model, by="operation")
+
+
+def active_subscribers(settings: Settings, model: ModelSettings) -> str:
+    return f"max({ACTIVE_SUBSCRIBERS}{{{picker_selector(settings, model)}}})"
 
 
 # -- alerts -----------------------------------------------------------------------------------
