@@ -110,6 +110,17 @@ def positive_seconds(text: str) -> float:
     return _positive_number(text, "seconds")
 
 
+def nonnegative_seconds(text: str) -> float:
+    """An argparse type: a number of seconds, 0 or more."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = None
+    if value is None or not value >= 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"{text!r} must be a number of seconds, 0 or more")
+    return value
+
+
 def positive_rate(text: str) -> float:
     """An argparse type: requests per second, above 0."""
     return _positive_number(text, "requests per second")

@@ -6,7 +6,9 @@ of each (`Request`), ready to predict. A JSON Lines workload holds either bare r
 (`load_arrivals`): a session's turns go out in file order, each only once the previous one
 has finished. A line {"at": seconds, "weights": {...}} changes the picker's weights then
 (laid over the run's): the pickers restart with empty prefix indexes, as after the rollout a
-config change needs, while the servers keep their caches.
+config change needs, while the servers keep their caches. A line {"at": seconds, "restart":
+"picker"} restarts the pickers as they are; {"at": seconds, "restart": "pod", "pod": N} empties
+the cache of the N-th pod (from 0), as its restart or vLLM's /reset_prefix_cache does.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Iterator, Mapping, Sequence
 
 from routing.picker.endpoint_picker import SURROGATE_FIX, Request, lone_surrogate
 from settings import SettingsError, parse_weight_overrides
@@ -105,7 +107,7 @@ def load_jsonl(path: str | Path, model: str | None = None) -> tuple[list[dict[st
             raise WorkloadError(f"workload {path} line {number}: is a JSON {type(body).__name__}, not an object. "
                                 'Write one request body per line, e.g. {"model": "...", "prompt": "..."}.')
         keys = sorted(body)
-        timed_keys = [key for key in keys if key in WRAPPER_KEYS | {"weights"}]
+        timed_keys = [key for key in keys if key in WRAPPER_KEYS | {"weights", "restart", "pod"}]
         if model is not None:
             body["model"] = model
         try:
@@ -114,7 +116,8 @@ def load_jsonl(path: str | Path, model: str | None = None) -> tuple[list[dict[st
             if timed_keys:
                 raise WorkloadError(f"workload {path} line {number}: has {', '.join(timed_keys)} but is neither a "
                                     'request body nor a timed line: {"at", "session", "body"} lines hold those keys '
-                                    'only, with a "body" object, and {"at", "weights"} lines those two; this one has '
+                                    'only, with a "body" object, {"at", "weights"} and {"at", "restart"} lines '
+                                    'those two, {"at", "restart": "pod", "pod"} lines those three; this one has '
                                     f"{', '.join(keys)}") from None
             text = json.dumps(body, ensure_ascii=False)
             surrogate = lone_surrogate(text)
@@ -198,14 +201,40 @@ def _is_wrapper(value: Any) -> bool:
 
 
 def _is_weight_change(value: Any) -> bool:
-    return isinstance(value, dict) and set(value) == {"at", "weights"}
+    return isinstance(value, dict) and (set(value) == {"at", "weights"} or set(value) == {"at", "restart"})
+
+
+def _is_pod_restart(value: Any) -> bool:
+    return isinstance(value, dict) and set(value) == {"at", "restart", "pod"}
+
+
+def _is_timed_event(value: Any) -> bool:
+    return _is_weight_change(value) or _is_pod_restart(value)
 
 
 @dataclass(frozen=True)
 class WeightChange:
+    """The pickers restart at `at` with `weights` laid over the run's (none: a restart as they are)."""
+
     at: float
     weights: Mapping[str, int]
     line: int  # in the workload file, for messages about the change
+
+    @property
+    def describe(self) -> str:
+        if not self.weights:
+            return f"at {self.at:g}s the pickers restart"
+        return f"at {self.at:g}s the weights change to " + ",".join(f"{name}={value}"
+                                                                   for name, value in self.weights.items())
+
+
+@dataclass(frozen=True)
+class PodRestart:
+    """The cache of pod number `pod` (from 0, in the run's order) is emptied at `at`."""
+
+    at: float
+    pod: int
+    line: int
 
 
 def load_arrivals(name_or_path: str, model: str | None = None) -> list[Arrival]:
@@ -224,12 +253,12 @@ def load_arrivals(name_or_path: str, model: str | None = None) -> list[Arrival]:
             parsed.append(json.loads(line) if line.strip() else None)
         except json.JSONDecodeError:
             parsed.append(None)
-    if not any(_is_wrapper(value) or _is_weight_change(value) for value in parsed):
+    if not any(_is_wrapper(value) or _is_timed_event(value) for value in parsed):
         bodies, requests = load_jsonl(path, model)
         return [Arrival(body, request) for body, request in zip(bodies, requests)]
     arrivals = []
     for number, (line, value) in enumerate(zip(lines, parsed), start=1):
-        if not line.strip() or _is_weight_change(value):
+        if not line.strip() or _is_timed_event(value):
             continue
         where = f"workload {path} line {number}"
         if not _is_wrapper(value):
@@ -255,22 +284,37 @@ def load_arrivals(name_or_path: str, model: str | None = None) -> list[Arrival]:
     return arrivals
 
 
-def load_weight_changes(name_or_path: str) -> tuple[WeightChange, ...]:
-    """The workload file's {"at", "weights"} lines, in time order (none for a built-in workload)."""
+def _timed_lines(name_or_path: str, wanted: Callable[[Any], bool]) -> Iterator[tuple[str, int, Any]]:
+    """The workload file's lines `wanted` accepts, with where each is and its "at" checked."""
     if name_or_path in BUILTIN_WORKLOADS:
-        return ()
-    changes = []
+        return
     for number, line in enumerate(Path(name_or_path).read_text(encoding="utf-8").splitlines(), start=1):
         try:
             value = json.loads(line) if line.strip() else None
         except json.JSONDecodeError:
             continue  # load_arrivals reports it
-        if not _is_weight_change(value):
+        if not wanted(value):
             continue
-        at, weights = value["at"], value["weights"]
         where = f"workload {name_or_path} line {number}"
+        at = value["at"]
         if isinstance(at, bool) or not isinstance(at, (int, float)) or not at >= 0:
             raise WorkloadError(f'{where}: "at" {at!r} must be seconds from the start, a number of at least 0')
+        yield where, number, value
+
+
+def load_weight_changes(name_or_path: str) -> tuple[WeightChange, ...]:
+    """The workload file's {"at", "weights"} and {"at", "restart": "picker"} lines, in time order
+    (none for a built-in workload)."""
+    changes = []
+    for where, number, value in _timed_lines(name_or_path, _is_weight_change):
+        at = value["at"]
+        if "restart" in value:
+            if value["restart"] != "picker":
+                raise WorkloadError(f'{where}: "restart" {value["restart"]!r}: restart "picker" (every picker '
+                                    'replica), or "pod" with "pod": N (the N-th pod, from 0)')
+            changes.append(WeightChange(float(at), {}, number))
+            continue
+        weights = value["weights"]
         if not isinstance(weights, dict) or not weights:
             raise WorkloadError(f'{where}: "weights" must be an object of scorer weights, e.g. {{"prefix": 0}}')
         for name, weight in weights.items():
@@ -285,3 +329,20 @@ def load_weight_changes(name_or_path: str) -> tuple[WeightChange, ...]:
             raise WorkloadError(problem_lines(f"{where}:", error.problems)) from None
         changes.append(WeightChange(float(at), checked, number))
     return tuple(sorted(changes, key=lambda change: change.at))
+
+
+def load_pod_restarts(name_or_path: str, pods: int | None = None) -> tuple[PodRestart, ...]:
+    """The workload file's {"at", "restart": "pod", "pod": N} lines, in time order; with `pods`,
+    each N is checked against that many pods."""
+    restarts = []
+    for where, number, value in _timed_lines(name_or_path, _is_pod_restart):
+        pod = value["pod"]
+        if value["restart"] != "pod":
+            raise WorkloadError(f'{where}: "restart" {value["restart"]!r} with "pod": a pod\'s restart is '
+                                '{"at": seconds, "restart": "pod", "pod": N}')
+        if isinstance(pod, bool) or not isinstance(pod, int) or pod < 0 or (pods is not None and pod >= pods):
+            upper = f" to {pods - 1}" if pods is not None else " or more"
+            raise WorkloadError(f'{where}: "pod" {pod!r} must be a pod\'s number, 0{upper}, in the order the run '
+                                "names its pods")
+        restarts.append(PodRestart(float(value["at"]), pod, number))
+    return tuple(sorted(restarts, key=lambda restart: restart.at))

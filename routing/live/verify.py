@@ -56,7 +56,8 @@ from routing.metrics import PREFIX_SPELLINGS, REQUESTS, DeltaReport, PodDelta, V
 from routing.options import (URL_SCHEMES, OptionError, add_model_options, http_url, load_stack_model, named_url,
                              port_number, unique_named_urls)
 from routing.tables import format_pod_table
-from routing.workloads import BUILTIN_WORKLOADS, Arrival, WorkloadError, load_arrivals, load_weight_changes
+from routing.workloads import (BUILTIN_WORKLOADS, Arrival, WorkloadError, load_arrivals, load_pod_restarts,
+                               load_weight_changes)
 from settings import GATEWAY_OWNER_LABEL, GATEWAY_SYSTEM_NAMESPACE, VLLM_PORT
 from settings.endpoints import Location, gateway_service, picker_pods, service_scheme
 from settings.observability import POD_LABEL
@@ -838,11 +839,17 @@ def workload_arrivals(workload: str, model_id: str | None) -> list[Arrival]:
     changes = load_weight_changes(workload)
     if changes:
         lines = ", ".join(f"line {change.line} at {change.at:g}s" for change in changes)
-        raise WorkloadError(f'workload {workload}: {{"at", "weights"}} lines change the picker\'s weights ({lines}), '
-                            "which verify cannot do to a live gateway mid-run: it measures the weights the gateway "
-                            "runs. Remove those lines, or split the file at each change and run verify once per "
-                            "setting, changing the gateway's weights in between; `python -m routing predict` "
-                            "replays the changes")
+        raise WorkloadError(f'workload {workload}: {{"at", "weights"}} and {{"at", "restart"}} lines change or restart '
+                            f"the pickers ({lines}), which verify cannot do to a live gateway mid-run: it measures "
+                            "the weights the gateway runs. Remove those lines, or split the file at each change and "
+                            "run verify once per setting, changing the gateway's weights in between; `python -m "
+                            "routing predict` replays the changes")
+    restarts = load_pod_restarts(workload)
+    if restarts:
+        lines = ", ".join(f"line {restart.line} at {restart.at:g}s" for restart in restarts)
+        raise WorkloadError(f'workload {workload}: {{"at", "restart": "pod"}} lines restart pods ({lines}), which '
+                            "verify does not do to a live pool mid-run. Remove those lines; `python -m routing "
+                            "predict` replays them")
     return arrivals
 
 

@@ -8,7 +8,7 @@ from routing.picker.prefix_index cimport PrefixIndex as NativePrefixIndex
 cdef class _MatchInfo:
     cdef public object hashes
     cdef public list match_blocks
-    cdef public Py_ssize_t block_tokens, total_blocks
+    cdef public Py_ssize_t block_tokens, total_blocks, tokens
 
 
 cdef class _PrefixProducer:
@@ -80,14 +80,16 @@ cdef class EndpointPicker:
     cdef public object _rng, _estimates
     cdef public tuple _scored_pods
     cdef public dict _scorers, _producers, _loads, _position, _metrics_scores
-    cdef public list _filters, _names, _metrics_totals
+    cdef public list _filters, _names, _metrics_totals, _precise
+    cdef public object _feed, _last_scored
+    cdef public Py_ssize_t _last_chosen
     cdef public tuple _metrics_weights, _request_weights, _scorer_entries, _remembering_scorers
     cdef public bint _produces_or_filters
 
     @cython.locals(names=list, scored=tuple, index=Py_ssize_t)
     cpdef _see(self, request, pods)
     @cython.locals(best=double, chosen_index=Py_ssize_t, totals=list, scores=dict, scored=dict, metrics_scores=dict,
-                   names=list, matches=dict, scorer=_Scorer, producer=_PrefixProducer)
+                   names=list, matches=dict, scorer=_Scorer)
     cpdef _pick(self, request, pods, hashed, key, bint decide)
 
 

@@ -17,18 +17,20 @@ from array import array
 from collections import OrderedDict, abc
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any, Hashable, Iterator, Mapping, NamedTuple, Protocol, Sequence
+from typing import Any, Callable, Hashable, Iterable, Iterator, Mapping, NamedTuple, Protocol, Sequence
 
 from routing.picker.estimate import (DEFAULT_ESTIMATES, SURROGATE_FIX, MediaEstimates, MediaRun, ServerPrompt,
                                      lone_surrogate, parse_body, with_estimates)
 from routing.picker.load import (AffinityFilter, FilterOutcome, InFlightLoad, active_request_scores,
                                  token_load_score)
+from routing.picker.precise import KvBlockIndex
 from routing.picker.prefix import (PSEUDO_TOKEN_BYTES, character_block_hashes, picker_block_hashes, picker_block_size,
-                                   pseudo_token_bytes)
+                                   pseudo_token_bytes, server_block_keys)
 from settings import DEFAULT_WEIGHTS, WEIGHT_NAMES
 from settings.picker_config import (ACTIVE_REQUEST, AFFINITY_FILTER, INFLIGHT_PRODUCER, KV_CACHE, LATENCY_PREDICTOR,
                                     LORA_AFFINITY, MAX_SCORE_PICKER, NO_HIT_LRU, PREFIX, PREFIX_MATCH_PRODUCERS,
-                                    PREFIX_PRODUCER, QUEUE, RUNNING_REQUESTS, SINGLE_PROFILE_HANDLER, TOKEN_LOAD,
+                                    PRECISE_PRODUCER, PREFIX_PRODUCER, QUEUE, RUNNING_REQUESTS, SINGLE_PROFILE_HANDLER,
+                                    TOKEN_LOAD, precise_block_tokens, speculative_ttl_seconds,
                                     TOKEN_PRODUCER, EndpointPickerConfig, PickerConfigError, PluginSpec,
                                     SchedulingProfile, load_endpoint_picker_config, render_endpoint_picker_config,
                                     token_backend)
@@ -390,8 +392,38 @@ class HashPlan(NamedTuple):
         return [hashes for hashes in streams if hashes]
 
 
-# A request's block hashes computed beforehand, with the plan they were computed by.
-Hashed = tuple[HashPlan, Sequence[Sequence[int]]]
+class PrecisePlan(NamedTuple):
+    """How a precise prefix producer keys a request: full blocks of `block_tokens` of the engine's
+    own tokens. A request keyed beforehand by this plan comes as (its block keys per prompt, its
+    token count)."""
+
+    block_tokens: int
+
+
+# A request's block hashes computed beforehand, with the plan they were computed by: a HashPlan's
+# chains, one per prompt; a PrecisePlan's (keys per prompt, token count).
+Hashed = tuple[HashPlan | PrecisePlan, Any]
+
+
+class KvEvent(NamedTuple):
+    """One KV-cache event of a pod, as the picker receives it: `kind` stored, removed or cleared,
+    the block keys it names (none for cleared) and, for stored blocks, the key of the block
+    before the first (None: they start the prompt)."""
+
+    pod: str
+    kind: str
+    keys: Sequence[int] = ()
+    parent: int | None = None
+
+
+class KvEventFeed(Protocol):
+    """Where a picker's precise producers read the pods' KV-cache events: each reader has a
+    cursor, made at the feed's present (a picker started later sees only later events)."""
+
+    def cursor(self) -> Any: ...
+
+    # The events after `cursor` up to time `until`, in the order they were published; the cursor moves past them.
+    def drain(self, cursor: Any, until: float) -> Iterable[KvEvent]: ...
 
 
 class _MatchInfo:
@@ -399,14 +431,15 @@ class _MatchInfo:
     block hashes per prompt, blocks matched per candidate (in the candidates' order) summed
     over the prompts, and the request's blocks in all."""
 
-    __slots__ = ("hashes", "match_blocks", "block_tokens", "total_blocks")
+    __slots__ = ("hashes", "match_blocks", "block_tokens", "total_blocks", "tokens")
 
     def __init__(self, hashes: Sequence[Sequence[int]], match_blocks: list[int], block_tokens: int,
-                 total_blocks: int):
+                 total_blocks: int, tokens: int = 0):
         self.hashes = hashes
         self.match_blocks = match_blocks
         self.block_tokens = block_tokens
         self.total_blocks = total_blocks
+        self.tokens = tokens  # the engine's tokens the blocks were cut from (a precise producer's; else 0)
 
     @property
     def cold(self) -> bool:
@@ -415,7 +448,8 @@ class _MatchInfo:
     def restricted(self, kept: Sequence[int]) -> _MatchInfo:
         """The same request's view with only the candidates at positions `kept` (those the filters kept)."""
         matched = self.match_blocks
-        return _MatchInfo(self.hashes, [matched[index] for index in kept], self.block_tokens, self.total_blocks)
+        return _MatchInfo(self.hashes, [matched[index] for index in kept], self.block_tokens, self.total_blocks,
+                          self.tokens)
 
 
 class _PrefixProducer:
@@ -506,6 +540,66 @@ class _PrefixProducer:
         if self.lru_capacity_per_server > 0 and not self.characters:
             return self.lru_capacity_per_server
         return DEFAULT_LRU_CAPACITY_PER_SERVER
+
+
+class _PrecisePrefixProducer:
+    """A precise-prefix-cache-producer: its block size, speculative TTL and index (precise.py).
+
+    LDR dataproducer/preciseprefixcache@v0.10.0: the request's keys are full blocks of the
+    engine's own tokens (the token producer's vllm backend), a pod's match the run of blocks from
+    the first it holds by its events (and speculative entries); PreRequest enters the request's
+    blocks for the chosen pod when speculative indexing is on. `engine_tokens` gives a request's
+    tokens when a caller has not keyed it beforehand; `keys_line_up` is False when the token
+    producer counts something else than vLLM's tokens, so no key ever matches an event's."""
+
+    def __init__(self, spec: PluginSpec, engine_tokens: Callable[[Request], Sequence[Sequence[int]]] | None,
+                 keys_line_up: bool):
+        self.block_tokens: int = precise_block_tokens(spec.parameters)
+        self.speculative_ttl: float | None = speculative_ttl_seconds(spec.parameters)
+        self.engine_tokens = engine_tokens
+        self.keys_line_up = keys_line_up
+        self.plan = PrecisePlan(self.block_tokens)
+        self.index = KvBlockIndex()
+        self.cursor: Any = None  # where this producer has read its feed to
+        self.now = 0.0  # the picker's clock: speculative entries last from and expire against it
+
+    def hash_plan(self, reported_block_size: int | None) -> PrecisePlan:
+        return self.plan
+
+    def match(self, request: Request, pods: Sequence[PodMetrics], position: Mapping[str, int],
+              hashed: Hashed | None = None) -> _MatchInfo:
+        if hashed is not None and hashed[0] == self.plan:
+            streams, tokens = hashed[1]
+        elif self.engine_tokens is not None:
+            sequences = self.engine_tokens(request)
+            streams = [server_block_keys(sequence, self.block_tokens) for sequence in sequences]
+            tokens = sum(map(len, sequences))
+        else:
+            raise PickerConfigError(f"{PRECISE_PRODUCER} keys the engine's own tokens, and this pick was given none: "
+                                    "predict and serve give them; a caller of the picker passes `engine_tokens` or "
+                                    "keys each request beforehand by its PrecisePlan")
+        match_blocks = [0] * len(pods)
+        if self.keys_line_up:
+            # producer.go@v0.10.0: one lookup per prompt, the prompts' scores and blocks summed.
+            for keys in streams:
+                self.index.match(keys, position, match_blocks, self.now)
+        return _MatchInfo(streams, match_blocks, self.block_tokens, sum(map(len, streams)), tokens)
+
+    def record(self, match: _MatchInfo, pod: PodMetrics) -> None:
+        """PreRequest: with speculative indexing, the chosen pod holds the request's blocks for a TTL."""
+        if self.speculative_ttl is not None and self.keys_line_up:
+            for keys in match.hashes:
+                self.index.speculate(pod.name, keys, self.now + self.speculative_ttl, self.now)
+
+    def receive(self, events: Iterable[KvEvent]) -> None:
+        index = self.index
+        for event in events:
+            if event.kind == "stored":
+                index.stored(event.pod, event.keys, event.parent)
+            elif event.kind == "removed":
+                index.removed(event.pod, event.keys)
+            else:
+                index.cleared(event.pod)
 
 
 class _Scorer:
@@ -683,11 +777,14 @@ class EndpointPicker:
 
     `config` is a loaded EndpointPickerConfig, or HyperPod-style weights (queue, kvCache, ...),
     which are rendered into the config the stack deploys and loaded from it, so both paths
-    build the same plugins.
+    build the same plugins. A precise prefix producer reads the pods' events from the feed
+    `attach` gives it, up to the time `advance` sets; `engine_tokens` gives a request's tokens
+    as the engine counts them, for picks not keyed beforehand.
     """
 
     def __init__(self, config: EndpointPickerConfig | Mapping[str, Any], *, seed: int | None = None,
-                 picker_version: str = DEFAULT_PICKER_VERSION):
+                 picker_version: str = DEFAULT_PICKER_VERSION,
+                 engine_tokens: Callable[[Request], Sequence[Sequence[int]]] | None = None):
         if not isinstance(config, EndpointPickerConfig):
             config = load_endpoint_picker_config(render_endpoint_picker_config(config))
         if picker_version not in PICKER_VERSIONS:
@@ -699,7 +796,6 @@ class EndpointPicker:
         self.hashes_characters = PICKER_VERSIONS[picker_version] == "characters"
         self._rng = random.Random(seed)
         profile = _single_profile(config)
-        _refuse_real_tokenizers(config)
         self._scorers: dict[str, _Scorer] = {}
         self._filters: list[tuple[AffinityFilter, str, str | None]] = []  # (filter, prefix producer, load producer)
         weights: dict[str, float] = {}
@@ -756,16 +852,23 @@ class EndpointPicker:
                            if _declared_prefix_producer(config, producer)]
         reads_tokens = not self.hashes_characters and bool(prefix_readers or load_specs)
         self._estimates = _media_estimates(config) if reads_tokens else None
-        self._producers: dict[str, _PrefixProducer] = {}
+        self._producers: dict[str, _PrefixProducer | _PrecisePrefixProducer] = {}
+        engine_tokens_backend = _engine_tokens_backend(config)
         for producer, reader in prefix_readers:
             if producer not in self._producers:
                 spec = config.plugin(producer)
-                if spec.type != PREFIX_PRODUCER:
+                if spec.type == PRECISE_PRODUCER:
+                    self._producers[producer] = _PrecisePrefixProducer(spec, engine_tokens, engine_tokens_backend)
+                elif spec.type == PREFIX_PRODUCER:
+                    self._producers[producer] = _PrefixProducer(spec, characters=self.hashes_characters,
+                                                                estimates=self._estimates)
+                else:
                     raise PickerConfigError(f"plugin {spec.name} ({spec.type}) produces the prefix match info "
-                                            f"{reader} reads; only {PREFIX_PRODUCER} is modelled. Point "
-                                            "prefixMatchInfoProducerName at one.")
-                self._producers[producer] = _PrefixProducer(spec, characters=self.hashes_characters,
-                                                            estimates=self._estimates)
+                                            f"{reader} reads; only {PREFIX_PRODUCER} and {PRECISE_PRODUCER} are "
+                                            "modelled. Point prefixMatchInfoProducerName at one.")
+        self._precise = [producer for producer in self._producers.values()
+                         if isinstance(producer, _PrecisePrefixProducer)]
+        _refuse_real_tokenizers(config, self._precise, self._producers)
         self._loads: dict[str, InFlightLoad] = {
             name: InFlightLoad(name, spec.parameters, discounts[name] if discounts[name] in self._producers else None)
             for name, spec in load_specs.items()}
@@ -774,6 +877,9 @@ class EndpointPicker:
                 scorer.load = self._loads[scorer.load_producer]
         # Whether a pick has filters to run or in-flight load to work out (weights alone: neither).
         self._produces_or_filters = bool(self._filters or self._loads)
+        self._feed: KvEventFeed | None = None
+        self._last_scored: Mapping[str, _MatchInfo] = {}
+        self._last_chosen = 0
         # Plugins that take no part in this profile's picks (data layer, flow control, parsers,
         # producers nothing here reads), for reports that say what the model leaves out.
         self.ignored_plugins = tuple(
@@ -788,10 +894,37 @@ class EndpointPicker:
         return cls(config, seed=seed, picker_version=picker_version)
 
     @property
-    def prefix_index(self) -> PrefixIndex | None:
+    def prefix_index(self) -> PrefixIndex | KvBlockIndex | None:
         """The index of the (first) prefix producer in use; None when no plugin reads one."""
         producer = next(iter(self._producers.values()), None)
         return None if producer is None else producer.index
+
+    def chosen_credit(self) -> tuple[int, int]:
+        """The last pick's prefix match for the pod it chose, by the (first) prefix producer: the
+        blocks credited to it and the request's blocks in all ((0, 0) without a producer)."""
+        match = next(iter(self._last_scored.values()), None)
+        return (0, 0) if match is None else (match.match_blocks[self._last_chosen], match.total_blocks)
+
+    @property
+    def reads_kv_events(self) -> bool:
+        """Whether a precise prefix producer runs, reading the pods' KV-cache events."""
+        return bool(self._precise)
+
+    def attach(self, feed: KvEventFeed) -> None:
+        """Its precise producers read the pods' events from `feed`, from now on (a picker that
+        starts, or restarts, knows nothing the pods published before: upstream asks no replay
+        unless a replay port is configured, which this stack does not)."""
+        self._feed = feed
+        for producer in self._precise:
+            producer.cursor = feed.cursor()
+
+    def advance(self, now: float, received_until: float | None = None) -> None:
+        """The picker's clock is `now`: its precise producers take the events the feed delivered by
+        `received_until` (default: `now`), and speculative entries expire against `now`."""
+        for producer in self._precise:
+            producer.now = now
+            if self._feed is not None:
+                producer.receive(self._feed.drain(producer.cursor, now if received_until is None else received_until))
 
     def in_flight(self) -> dict[str, dict[str, tuple[int, int]]]:
         """Per in-flight-load producer, each pod's (requests, tokens) in flight from this replica."""
@@ -893,6 +1026,7 @@ class EndpointPicker:
                     break
         chosen_pod = pods[chosen_index]
         chosen = chosen_pod.name
+        self._last_scored, self._last_chosen = scored, chosen_index
 
         for name, producer in self._producers.items():
             producer.record(scored[name], chosen_pod)
@@ -927,9 +1061,15 @@ class EndpointPicker:
         position = {name: index for index, name in enumerate(names)}
         matches = {name: producer.match(request, pods, position, hashed) for name, producer in self._producers.items()}
         if self._loads:
-            streams = request.streams_under(self._estimates) if self._estimates is not None else request.token_streams
-            # TokenizedPrompt.TokenCount: the estimate backend's tokens, over every prompt.
-            input_tokens = sum(map(len, streams)) // PSEUDO_TOKEN_BYTES
+            if self._precise:
+                # TokenizedPrompt.TokenCount: the engine's tokens, as the vllm backend the precise producer keys.
+                input_tokens = matches[next(name for name, producer in self._producers.items()
+                                            if isinstance(producer, _PrecisePrefixProducer))].tokens
+            else:
+                streams = (request.streams_under(self._estimates) if self._estimates is not None
+                           else request.token_streams)
+                # TokenizedPrompt.TokenCount: the estimate backend's tokens, over every prompt.
+                input_tokens = sum(map(len, streams)) // PSEUDO_TOKEN_BYTES
             for load in self._loads.values():
                 match = matches.get(load.prefix_producer)
                 load.produce(names, input_tokens, request.max_output_tokens,
@@ -1057,15 +1197,30 @@ def _single_profile(config: EndpointPickerConfig) -> SchedulingProfile:
     return config.scheduling_profiles[0]
 
 
-def _refuse_real_tokenizers(config: EndpointPickerConfig) -> None:
-    # The model hashes the estimate backend's pseudo-tokens; a real tokenizer gives other blocks.
+def _engine_tokens_backend(config: EndpointPickerConfig) -> bool:
+    """Whether the token producer the prefix producers read counts the engine's own tokens (its
+    vllm backend), as a precise producer needs to key what the pods' events key."""
+    return any(spec.type == TOKEN_PRODUCER and spec.name == TOKEN_PRODUCER and token_backend(spec.parameters) == "vllm"
+               for spec in config.plugins)
+
+
+def _refuse_real_tokenizers(config: EndpointPickerConfig, precise: Sequence[_PrecisePrefixProducer],
+                            producers: Mapping[str, Any]) -> None:
+    """The approximate producer is modelled on the estimate backend's pseudo-tokens, a precise one on
+    the engine's tokens (the vllm backend's): a real tokenizer is refused unless only precise
+    producers read its tokens."""
+    approximate = any(isinstance(producer, _PrefixProducer) for producer in producers.values())
     for spec in config.plugins:
-        real_backend = spec.type == "tokenizer" or (
-            spec.type == TOKEN_PRODUCER and token_backend(spec.parameters) != "estimate")
-        if real_backend:
+        if spec.type == "tokenizer" or (spec.type == TOKEN_PRODUCER and token_backend(spec.parameters) == "udsTokenizerConfig"):
+            raise PickerConfigError(f"plugin {spec.name} ({spec.type}) tokenizes with a backend this model does not "
+                                    "reproduce; use the estimate backend, or with a precise prefix producer the vllm "
+                                    "backend, to predict.")
+        if spec.type == TOKEN_PRODUCER and token_backend(spec.parameters) == "vllm" and (approximate or not precise):
             raise PickerConfigError(f"plugin {spec.name} ({spec.type}) tokenizes with the model's tokenizer; this "
-                                    "model hashes the estimate backend's 4-byte pseudo-tokens only. Drop the "
-                                    "tokenizer backend (or use `estimate: {}`) to predict.")
+                                    "model hashes the estimate backend's 4-byte pseudo-tokens for the approximate "
+                                    "prefix producer, and reads the engine's tokens only for a precise one. Drop the "
+                                    "tokenizer backend (or use `estimate: {}`), or route on the precise index, to "
+                                    "predict.")
 
 
 def _media_estimates(config: EndpointPickerConfig) -> MediaEstimates | None:

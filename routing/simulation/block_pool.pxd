@@ -19,6 +19,7 @@ cdef class BlockPool:
     cdef int32_t* previous
     cdef int32_t* following
     cdef int32_t head, tail
+    cdef public object events
 
     cdef void _append_cached_free(self, int32_t block) noexcept
     cdef void _unlink_cached_free(self, int32_t block) noexcept
@@ -28,3 +29,4 @@ cdef class BlockPool:
     cpdef list allocate(self, Py_ssize_t count)
     cpdef cache_prefix(self, list blocks, keys, Py_ssize_t start, Py_ssize_t end)
     cpdef release(self, list blocks)
+    cpdef reset(self)

@@ -16,6 +16,9 @@ from libc.stdint cimport int32_t, int64_t, uint64_t
 
 from routing.picker.tables cimport U64Table
 
+# engine.py's event kinds (engine.py imports this module, so they are not imported from there).
+STORED, REMOVED, CLEARED = "stored", "removed", "cleared"
+
 cdef enum:
     UNKEYED = 0
     PROMPT_KEY = 1  # cached under keys[block], which the table maps back to the block
@@ -44,6 +47,7 @@ cdef class BlockPool:
         self.uncached_count = 0
         self.head = self.tail = -1
         self.cached = U64Table()
+        self.events = None  # engine.BlockPool.events: the KV-cache events, when recorded
 
     def __dealloc__(self):
         PyMem_Free(self.ref)
@@ -122,6 +126,7 @@ cdef class BlockPool:
     cpdef list allocate(self, Py_ssize_t count):
         """`count` blocks, in the order vLLM's free queue hands them out (see engine.BlockPool)."""
         cdef list blocks = []
+        cdef list evicted = None
         cdef Py_ssize_t taken = 0, block
         self.free -= count
         while taken < count and self.uncached_count:
@@ -141,16 +146,22 @@ cdef class BlockPool:
             self._unlink_cached_free(<int32_t>block)
             if self.keyed[block] == PROMPT_KEY:
                 self.cached.remove(self.keys[block])
+                if self.events is not None:
+                    if evicted is None:
+                        evicted = []
+                    evicted.append(self.keys[block])
             self.keyed[block] = UNKEYED
             self.ref[block] = 1
             blocks.append(block)
             taken += 1
+        if evicted is not None:
+            self.events.append((REMOVED, evicted, None))
         return blocks
 
     cpdef cache_prefix(self, list blocks, keys, Py_ssize_t start, Py_ssize_t end):
         """engine.BlockPool.cache_prefix: caches `blocks[start:end]` under their prompt keys
         (blocks past the prompt's under keys of their own), unless cached already or the key is."""
-        cdef Py_ssize_t position, block, prompt_blocks = len(keys)
+        cdef Py_ssize_t position, block, prompt_blocks = len(keys), stop
         cdef uint64_t key
         cdef const unsigned long long* raw = _raw_keys(keys)
         for position in range(start, end):
@@ -165,6 +176,22 @@ cdef class BlockPool:
                 self.cached.put(key, block)
                 self.keys[block] = key
                 self.keyed[block] = PROMPT_KEY
+        stop = min(end, prompt_blocks)
+        if self.events is not None and start < stop:
+            self.events.append((STORED, keys[start:stop], keys[start - 1] if start else None))
+
+    cpdef reset(self):
+        """engine.BlockPool.reset: no block is cached any more (blocks requests hold stay held, keyless)."""
+        cdef Py_ssize_t block
+        for block in range(1, self.end):
+            if self.keyed[block] != UNKEYED and self.ref[block] == 0:
+                self._unlink_cached_free(<int32_t>block)
+                self.uncached_free[self.uncached_count] = <int32_t>block
+                self.uncached_count += 1
+            self.keyed[block] = UNKEYED
+        self.cached = U64Table()
+        if self.events is not None:
+            self.events.append((CLEARED, (), None))
 
     cpdef release(self, list blocks):
         """Frees a request's blocks tail first, so its shared head is evicted last."""

@@ -38,6 +38,12 @@ from routing.simulation.latency import EngineLimits, LatencyModel, prefill_pairs
 # Keys for full blocks that hold generated tokens: unique, so they never match a prompt.
 _OUTPUT_KEYS = itertools.count(1)
 
+# The pool's KV-cache events, as vLLM publishes them (vllm/distributed/kv_events.py): BlockStored
+# with the keys of the full prompt blocks one call cached and the key of the block before them
+# (None: they start the prompt), BlockRemoved when a cached block is evicted, AllBlocksCleared
+# on a reset. Blocks of generated tokens are left out: their keys match no prompt.
+STORED, REMOVED, CLEARED = "stored", "removed", "cleared"
+
 
 class CapacityError(ValueError):
     """A request that no amount of waiting would let a server run."""
@@ -110,6 +116,8 @@ class BlockPool:
         self._end = num_gpu_blocks
         self._cached_free: OrderedDict[int, None] = OrderedDict()
         self.free = self.usable  # blocks in the free queue, all three parts
+        # The KV-cache events since the engine last took them, when recorded (None: not).
+        self.events: list[tuple[str, Sequence[int], int | None]] | None = None
 
     @property
     def usage(self) -> float:
@@ -151,11 +159,17 @@ class BlockPool:
                 blocks += range(self._next_unused, self._next_unused + fresh)
                 self._next_unused += fresh
             key_of = self.key_of
+            evicted = []
             for _ in range(count - reused - fresh):
                 block, _ = self._cached_free.popitem(last=False)
-                del self.cached[key_of[block]]
+                key = key_of[block]
+                del self.cached[key]
                 key_of[block] = None
                 blocks.append(block)
+                if key >= 0:
+                    evicted.append(key)
+            if evicted and self.events is not None:
+                self.events.append((REMOVED, evicted, None))
         ref = self.ref
         for block in blocks:
             ref[block] = 1
@@ -175,6 +189,19 @@ class BlockPool:
             if key_of[block] is None and key not in cached:
                 cached[key] = block
                 key_of[block] = key
+        stop = min(end, prompt_blocks)
+        if self.events is not None and start < stop:
+            self.events.append((STORED, keys[start:stop], keys[start - 1] if start else None))
+
+    def reset(self) -> None:
+        """vLLM's reset_prefix_cache: no block is cached any more (blocks requests hold stay held,
+        keyless, and are not cached again)."""
+        self.cached.clear()
+        self.key_of = [None] * len(self.key_of)
+        self._uncached_free.extend(self._cached_free)
+        self._cached_free.clear()
+        if self.events is not None:
+            self.events.append((CLEARED, (), None))
 
     def unheld(self, blocks: Sequence[int]) -> int:
         """How many of `blocks` no request holds: cached blocks in the free queue."""

@@ -22,7 +22,10 @@ cdef class _LoadReplay:
     cdef public dict by_name, turns, deferred
     cdef public set busy_sessions
     cdef public double interval, send_spacing, spaced_until
-    cdef public bint reads_metrics
+    cdef public bint reads_metrics, precise_keyed, count_stale, reads_events, records_events
+    cdef public object kv_log
+    cdef public double event_delay
+    cdef public list precise, counts_stale, held, gone, stale_counts
 
     cpdef send(self, Py_ssize_t index, double now)
     @cython.locals(replica=Py_ssize_t, seen=list, interval=double, read_at=list, scrapes=list, keep_after=double,
@@ -30,6 +33,10 @@ cdef class _LoadReplay:
     cpdef pick(self, Py_ssize_t index, double now)
     cpdef send_together(self, list indexes, double now)
     cpdef dispatch(self, double now)
+    cpdef check_stale(self, picker, Py_ssize_t index)
+    cpdef took_events(self, Py_ssize_t engine_index, list events)
+    cpdef publish_events(self, Py_ssize_t engine_index, double now)
+    cpdef restart_pod(self, Py_ssize_t engine_index, double now)
     cpdef on_first_token(self, EngineRequest seq, double now)
     cpdef on_finish(self, EngineRequest seq, double now)
     @cython.locals(duration=double)

@@ -18,10 +18,10 @@ from dataclasses import dataclass, replace
 from typing import Callable, Iterable, Iterator, Mapping, Sequence
 
 from routing.metrics import DeltaReport, PodDelta
-from routing.picker.endpoint_picker import (DEFAULT_LRU_CAPACITY_PER_SERVER, Decision, Hashed, HashPlan, Picker,
-                                            PodMetrics, Request)
+from routing.picker.endpoint_picker import (DEFAULT_LRU_CAPACITY_PER_SERVER, Decision, Hashed, HashPlan, KvEvent,
+                                            Picker, PodMetrics, PrecisePlan, Request)
 from routing.picker.prefix import Tokenizer, server_block_keys, server_tokens
-from routing.simulation.engine import Engine, EngineRequest, Published
+from routing.simulation.engine import CLEARED, REMOVED, STORED, Engine, EngineRequest, Published
 from routing.simulation.latency import EngineLimits, LatencyModel
 from routing.simulation.load_plan import LoadPlan
 
@@ -57,6 +57,8 @@ class SimulatedServer:
         self.queries = 0
         # Cached block keys, next to be evicted first.
         self._cache: OrderedDict[int, None] = OrderedDict()
+        # The KV-cache events since they were last taken, when recorded (engine.BlockPool.events).
+        self.events: list[tuple[str, Sequence[int], int | None]] | None = None
 
     @property
     def cached_blocks(self) -> int:
@@ -89,6 +91,9 @@ class SimulatedServer:
         self.requests += 1
         self.hits += hit_blocks * self.block_size
         self.queries += num_tokens
+        if self.events is not None and hit_blocks < len(block_keys):
+            # vLLM caches the blocks it computes: those after the hit.
+            self.events.append((STORED, block_keys[hit_blocks:], block_keys[hit_blocks - 1] if hit_blocks else None))
         self._remember(block_keys)
         return hit_blocks * self.block_size
 
@@ -103,8 +108,17 @@ class SimulatedServer:
             else:
                 cache[key] = None
         if self.capacity_blocks is not None:
+            evicted = []
             while len(self._cache) > self.capacity_blocks:
-                self._cache.popitem(last=False)
+                evicted.append(self._cache.popitem(last=False)[0])
+            if evicted and self.events is not None:
+                self.events.append((REMOVED, evicted, None))
+
+    def reset(self) -> None:
+        """vLLM's /reset_prefix_cache: nothing stays cached."""
+        self._cache.clear()
+        if self.events is not None:
+            self.events.append((CLEARED, (), None))
 
 
 @dataclass(frozen=True)
@@ -129,6 +143,61 @@ class SimulationResult(DeltaReport):
     explained: Explained | None = None
 
 
+# How long after the engine step that made them a pod's KV-cache events reach the picker's
+# index: vLLM publishes each step's events from a background thread over ZMQ, and the picker's
+# subscriber decodes and indexes them. Measured on the two vLLM CPU servers behind `serve
+# --prefix-index precise` (docs/benchmarks.md, "KV-event delivery").
+DEFAULT_EVENT_DELAY = 0.002
+
+
+class KvEventLog:
+    """The pods' KV-cache events in the order they were published, each with its time: the feed
+    a precise picker reads (endpoint_picker.KvEventFeed). A cursor is a one-item list, the
+    position of the first event not yet read."""
+
+    def __init__(self) -> None:
+        self._times: list[float] = []
+        self._events: list[KvEvent] = []
+
+    def publish(self, pod: str, at: float, events: list[tuple[str, Sequence[int], int | None]]) -> None:
+        """Publishes a pod's recorded events at `at` (later than any published before) and empties the record."""
+        for kind, keys, parent in events:
+            self._times.append(at)
+            self._events.append(KvEvent(pod, kind, keys, parent))
+        events.clear()
+
+    def cursor(self) -> list[int]:
+        return [len(self._events)]
+
+    def drain(self, cursor: list[int], until: float) -> list[KvEvent]:
+        times = self._times
+        start = end = cursor[0]
+        count = len(times)
+        while end < count and times[end] <= until:
+            end += 1
+        cursor[0] = end
+        return self._events[start:end]
+
+
+def attach_precise(pickers: Sequence[Picker], log: KvEventLog) -> list[bool]:
+    """Attaches to `log` every picker (or replica of one) that routes on the pods' KV-cache events;
+    per picker, whether it does."""
+    reading = []
+    for picker in pickers:
+        replicas = getattr(picker, "replicas", (picker,))
+        precise = [replica for replica in replicas if getattr(replica, "reads_kv_events", False)]
+        for replica in precise:
+            replica.attach(log)
+        reading.append(bool(precise))
+    return reading
+
+
+# A serial replay's clock for precise pickers, per request: each request has finished, and its
+# events have arrived, before the next is sent, and a speculative entry (upstream's TTL: 2 s)
+# has expired by then too (the events say what the pod holds).
+_SERIAL_SECONDS_PER_REQUEST = 3600.0
+
+
 def simulate_side_by_side(workload: Iterable[Request],
                           fleets: Sequence[tuple[Sequence[SimulatedServer], Picker]],
                           tokenizer: Tokenizer, explain: int | None = None) -> list[SimulationResult]:
@@ -149,6 +218,11 @@ def simulate_side_by_side(workload: Iterable[Request],
     hits: list[list[int]] = [[] for _ in fleets]
     lens: list[int] = []
     explained = None
+    logs = [KvEventLog() for _ in fleets]
+    precise = [attach_precise([picker], log)[0] for (_, picker), log in zip(fleets, logs)]
+    for (servers, _), reads in zip(fleets, precise):
+        for server in servers:
+            server.events = [] if reads else None
     for index, request in enumerate(workload):
         # What the server computes: one sequence per prompt (several for a batch completion),
         # a chat through the model's chat template when the tokenizer has one.
@@ -157,6 +231,10 @@ def simulate_side_by_side(workload: Iterable[Request],
         keys_by_block_size: dict[int, list[list[int]]] = {}
         for fleet, ((servers, picker), named, placed) in enumerate(zip(fleets, by_name, placements)):
             seen = [server.metrics() for server in servers]
+            if precise[fleet]:
+                now = index * _SERIAL_SECONDS_PER_REQUEST
+                for replica in getattr(picker, "replicas", (picker,)):
+                    replica.advance(now)
             decision = picker.pick(request, seen)
             if index == explain and fleet == 0:
                 explained = Explained(index, 0, 0.0, tuple(seen), decision)
@@ -168,6 +246,8 @@ def simulate_side_by_side(workload: Iterable[Request],
             hits[fleet].append(sum(server.serve(len(tokens), sequence_keys)
                                    for tokens, sequence_keys in zip(sequences, keys)))
             placed.append(server.name)
+            if precise[fleet]:
+                logs[fleet].publish(server.name, index * _SERIAL_SECONDS_PER_REQUEST, server.events)
     return [SimulationResult(tuple(server.counters() for server in servers), tuple(placed),
                              tuple(lens), tuple(fleet_hits), explained if fleet == 0 else None)
             for fleet, ((servers, _), placed, fleet_hits) in enumerate(zip(fleets, placements, hits))]
@@ -207,17 +287,24 @@ class Prepared:
     output_lens: tuple[int, ...]
     keys: tuple[Sequence[int], ...]
     block_size: int
-    hash_plan: HashPlan | None = None
+    # A precise picker's plan needs no hashes of its own: it keys blocks as the servers do.
+    hash_plan: HashPlan | PrecisePlan | None = None
     picker_hashes: tuple[Sequence[Sequence[int]], ...] = ()
 
 
 def prepare(requests: Sequence[Request], output_lens: Sequence[int], tokenizer: Tokenizer,
-            block_size: int, hash_plan: HashPlan | None = None) -> Prepared:
+            block_size: int, hash_plan: HashPlan | PrecisePlan | None = None) -> Prepared:
     """The workload tokenized and hashed once for every fleet.
 
     Not split over a forked child as the fleets are: a child and its parent each copy every page
     they write to after the fork, and preparing touches every request, so the copies cost what
     the second core saved (measured on 100,000 requests: 0.95 s split, 0.72 s here)."""
+    if isinstance(hash_plan, PrecisePlan) and hash_plan.block_tokens != block_size:
+        raise UnsupportedRequest(f"the precise prefix index keys blocks of {hash_plan.block_tokens} tokens "
+                                 f"(tokenProcessorConfig.blockSizeTokens) and the servers cache blocks of {block_size}: "
+                                 "its keys would never line up with the servers' events. Predict with --block-size "
+                                 f"{hash_plan.block_tokens}, as the stack runs vLLM with the index's block size")
+    picker_hashes = isinstance(hash_plan, HashPlan)
     with collection_paused():
         lens, keys, hashes = [], [], []
         for index, request in enumerate(requests):
@@ -229,7 +316,7 @@ def prepare(requests: Sequence[Request], output_lens: Sequence[int], tokenizer: 
                                          "per prompt")
             lens.append(len(sequences[0]))
             keys.append(server_block_keys(sequences[0], block_size))
-            if hash_plan is not None:
+            if picker_hashes:
                 hashes.append(hash_plan.hashes(request))
     return Prepared(tuple(requests), tuple(lens), tuple(output_lens), tuple(keys), block_size, hash_plan, tuple(hashes))
 
@@ -261,6 +348,10 @@ class Fleet:
     # turn; 0: each is picked the moment it is sent, as many clients and a concurrent gateway
     # (Envoy with the picker) would have it.
     send_spacing: float = 0.0
+    # How long a pod's KV-cache events take to reach a precise picker's index.
+    event_delay: float = DEFAULT_EVENT_DELAY
+    # Whether to count an approximate picker's stale picks (LoadResult.stale).
+    count_stale: bool = False
 
 
 @dataclass(frozen=True)
@@ -274,6 +365,26 @@ class LoadResult(SimulationResult):
     # Per request: when it was sent and when its last token came back (simulated seconds).
     sent_at: tuple[float, ...] = ()
     finished_at: tuple[float, ...] = ()
+    stale: StalePicks | None = None
+
+
+@dataclass(frozen=True)
+class StalePicks:
+    """An approximate picker's picks that went to a pod for prefix blocks it no longer held: its
+    index credited the pod with more of the prompt than the pod's cache held when the picker
+    chose it, the first block missing being one the pod had cached and evicted or reset (a
+    block the pod has yet to cache, of a request in flight to it, is not stale). `elsewhere`:
+    of those, the picks where another pod held more of the prompt, which an index of what each
+    pod holds (the precise one) would have credited. `tokens`: the prompt tokens credited and
+    not held, over the stale picks."""
+
+    picks: int  # picks with a prefix to match
+    stale: int
+    elsewhere: int
+    tokens: int
+
+    def to_json(self) -> dict:
+        return {"picks": self.picks, "stale": self.stale, "elsewhere": self.elsewhere, "tokensNotHeld": self.tokens}
 
 
 class _Scrapes:
@@ -313,7 +424,7 @@ def simulate_under_load(prepared: Prepared, plan: LoadPlan, fleet: Fleet, *, see
 
 
 # A replay's events, by kind. At equal times the event made first runs first.
-_SEND, _ARRIVE, _STEP_END, _WEIGHTS, _PICK = 0, 1, 2, 3, 4
+_SEND, _ARRIVE, _STEP_END, _WEIGHTS, _PICK, _POD_RESTART = 0, 1, 2, 3, 4, 5
 
 
 class EventQueue:
@@ -405,6 +516,25 @@ class _LoadReplay:
         if fleet.repick is not None:
             self.planned += [(change.at, self.events.next_order(), _WEIGHTS, number)
                              for number, change in enumerate(plan.weight_changes)]
+        self.planned += [(restart.at, self.events.next_order(), _POD_RESTART, restart.pod)
+                         for restart in plan.pod_restarts]
+        # Precise pickers read the engines' KV-cache events, published when each step ends; an
+        # approximate one's stale picks are told by them too.
+        self.kv_log = KvEventLog()
+        self.event_delay = fleet.event_delay
+        self.precise_keyed = isinstance(prepared.hash_plan, PrecisePlan)
+        self.precise = attach_precise(self.pickers, self.kv_log)
+        self.count_stale = fleet.count_stale
+        self.counts_stale = self._counting_stale()
+        self.reads_events = any(self.precise)
+        self.records_events = self.reads_events or any(self.counts_stale)
+        if self.records_events:
+            for engine in engines:
+                engine.pool.events = []
+        # Per engine, the prompt keys it holds and those it held and dropped, by its events.
+        self.held: list[set[int]] = [set() for _ in engines]
+        self.gone: list[set[int]] = [set() for _ in engines]
+        self.stale_counts = [0, 0, 0, 0]  # picks, stale, elsewhere, tokens (StalePicks)
         self.send_spacing = fleet.send_spacing
         self.spaced_until = float("-inf")
 
@@ -459,19 +589,67 @@ class _LoadReplay:
             seen = self.idle
         picker = self.pickers[replica]
         request = self.requests[index]
+        if self.precise[replica]:
+            picker.advance(now, now - self.event_delay)
         # A stand-in without lifecycle calls (a recording, a test's picker) counts no load and gets no key.
         counts_load = self.counts_load[replica]
         if counts_load:
             self.picked_by[index] = picker
+        if self.picker_hashes:
+            hashed = (self.hash_plan, self.picker_hashes[index])
+        elif self.precise_keyed:
+            hashed = (self.hash_plan, ((self.keys[index],), self.prompt_lens[index]))
+        else:
+            hashed = None
         if index == self.explain:
             decision = picker.pick(request, seen, key=index) if counts_load else picker.pick(request, seen)
             self.explained = Explained(index, replica, now, tuple(seen), decision)
             self.placements[index] = decision.pod
         else:
-            hashed = (self.hash_plan, self.picker_hashes[index]) if self.picker_hashes else None
             self.placements[index] = (picker.choose(request, seen, hashed, key=index) if counts_load
                                       else picker.choose(request, seen, hashed))
+        if self.counts_stale[replica]:
+            self.check_stale(picker, index)
         self.events.push(now + self.arrival(self.prompt_lens[index]), _ARRIVE, index)
+
+    def check_stale(self, picker: Picker, index: int) -> None:
+        """Counts the pick of request `index` as stale when the picker credited the chosen pod with
+        more of the prompt than it holds and the first block it lacks is one it dropped."""
+        matched, total = picker.chosen_credit()
+        keys = self.keys[index]
+        blocks = len(keys)
+        if not total or not blocks:
+            return
+        counts = self.stale_counts
+        counts[0] += 1
+        held = [len(engine.pool.cached_run(keys, blocks)) for engine in self.engines]
+        chosen = self.by_name[self.placements[index]]
+        over = matched / total - held[chosen] / blocks
+        # At least one of the picker's blocks credited beyond what the pod holds, and not a block yet to come.
+        if over * total >= 1 and held[chosen] < blocks and keys[held[chosen]] in self.gone[chosen]:
+            counts[1] += 1
+            counts[3] += round(over * self.prompt_lens[index])
+            if max(held) > held[chosen]:
+                counts[2] += 1
+
+    def _counting_stale(self) -> list[bool]:
+        # Only an approximate prefix index can be stale; a precise one reads what the pods hold.
+        return [self.count_stale and hasattr(picker, "chosen_credit") and not picker.reads_kv_events
+                and picker.prefix_index is not None for picker in self.pickers]
+
+    def took_events(self, engine_index: int, events: list) -> None:
+        """Keeps what engine `engine_index` holds and dropped by the events it just recorded."""
+        held, gone = self.held[engine_index], self.gone[engine_index]
+        for kind, keys, _ in events:
+            if kind == STORED:
+                held.update(keys)
+                gone.difference_update(keys)
+            elif kind == REMOVED:
+                held.difference_update(keys)
+                gone.update(keys)
+            else:
+                gone.update(held)
+                held.clear()
 
     def send_together(self, indexes: list[int], now: float) -> None:
         if len(indexes) > 1:
@@ -539,6 +717,8 @@ class _LoadReplay:
             elif self.freed:
                 freed, self.freed = self.freed, []
                 self.send_together(freed, now)
+        if self.records_events and engine.pool.events:
+            self.publish_events(engine_index, now)
         published = engine.published
         if published is not self.published_metrics[engine_index] and self.reads_metrics:
             # A new object only when a gauge changed: pickers reuse their scores for the very same
@@ -555,6 +735,22 @@ class _LoadReplay:
             self.scrapes[engine_index].publish(now, metrics)
         if engine.busy:
             self.start_step(engine_index, now)
+
+    def publish_events(self, engine_index: int, now: float) -> None:
+        events = self.engines[engine_index].pool.events
+        if self.count_stale:
+            self.took_events(engine_index, events)
+        if self.reads_events:
+            self.kv_log.publish(self.engines[engine_index].name, now, events)
+        else:
+            events.clear()
+
+    def restart_pod(self, engine_index: int, now: float) -> None:
+        """The pod's cache emptied (its restart, or vLLM's /reset_prefix_cache): its AllBlocksCleared
+        goes out at once, as vLLM publishes it from the reset."""
+        self.engines[engine_index].pool.reset()
+        if self.records_events:
+            self.publish_events(engine_index, now)
 
     def arrived(self, index: int, now: float) -> None:
         engine_index = self.by_name[self.placements[index]]
@@ -602,9 +798,10 @@ class _LoadReplay:
         engines = self.engines
         pods = tuple(PodDelta(engine.name, engine.finished, engine.hits, engine.queries) for engine in engines)
         start = min(self.sent_at) if self.count else 0.0
+        stale = StalePicks(*self.stale_counts) if self.count_stale and self.stale_counts[0] else None
         return LoadResult(pods, tuple(self.placements), self.prepared.prompt_lens, tuple(self.hit_tokens),
                           self.explained, tuple(self.ttfts), tuple(self.queue_times), now - start,
-                          tuple(self.sent_at), tuple(self.finished_at))
+                          tuple(self.sent_at), tuple(self.finished_at), stale)
 
     def loop(self) -> float:
         """Runs every event, earliest first; returns the time of the last."""
@@ -632,9 +829,14 @@ class _LoadReplay:
                 self.pick(payload, now)
             elif kind == _SEND:
                 self.sent_as_planned(payload, now)
+            elif kind == _POD_RESTART:
+                self.restart_pod(payload, now)
             else:
                 self.pickers[:] = self.fleet.repick(plan.weight_changes[payload].weights, payload)
                 self.counts_load = [hasattr(picker, "finished") for picker in self.pickers]
+                # A restarted precise picker reads the events published from now on (no replay).
+                self.precise = attach_precise(self.pickers, self.kv_log)
+                self.counts_stale = self._counting_stale()
         return now
 
 

@@ -8,7 +8,7 @@ import random
 from dataclasses import dataclass
 from typing import Sequence
 
-from routing.workloads import Arrival, WeightChange, WorkloadError
+from routing.workloads import Arrival, PodRestart, WeightChange, WorkloadError
 
 
 @dataclass(frozen=True)
@@ -21,6 +21,7 @@ class LoadPlan:
     send_at: tuple[float, ...] | None = None
     concurrency: int | None = None
     weight_changes: tuple[WeightChange, ...] = ()
+    pod_restarts: tuple[PodRestart, ...] = ()
 
     def describe(self) -> str:
         if self.concurrency is not None:
@@ -35,27 +36,29 @@ def replays_in_time(arrivals: Sequence[Arrival], *, rate: float | None, concurre
 
 
 def plan_load(arrivals: Sequence[Arrival], *, rate: float | None = None, concurrency: int | None = None,
-              seed: int | None = None, weight_changes: Sequence[WeightChange] = ()) -> LoadPlan | None:
+              seed: int | None = None, weight_changes: Sequence[WeightChange] = (),
+              pod_restarts: Sequence[PodRestart] = ()) -> LoadPlan | None:
     """The plan `--rate` (Poisson arrivals), `--concurrency` or the workload's own times give;
     None for a workload of bare bodies with neither option: serial, one request at a time."""
     sessions = tuple(arrival.session for arrival in arrivals)
-    changes = tuple(weight_changes)
+    changes, restarts = tuple(weight_changes), tuple(pod_restarts)
     if concurrency is not None:
-        return LoadPlan(sessions, concurrency=concurrency, weight_changes=changes)
+        return LoadPlan(sessions, concurrency=concurrency, weight_changes=changes, pod_restarts=restarts)
     if rate is not None:
         rng = random.Random(seed)
         times, now = [], 0.0
         for _ in arrivals:
             times.append(now)
             now += rng.expovariate(rate)
-        return LoadPlan(sessions, send_at=tuple(times), weight_changes=changes)
+        return LoadPlan(sessions, send_at=tuple(times), weight_changes=changes, pod_restarts=restarts)
     if not replays_in_time(arrivals, rate=rate, concurrency=concurrency):
-        if changes:
-            raise WorkloadError("the workload changes weights at set times, so it needs a clock: give its requests "
-                                '"at" times, or pass --rate or --concurrency')
+        if changes or restarts:
+            raise WorkloadError("the workload changes weights or restarts pickers or pods at set times, so it needs a "
+                                'clock: give its requests "at" times, or pass --rate or --concurrency')
         return None
     missing = next((index for index, arrival in enumerate(arrivals) if arrival.at is None), None)
     if missing is not None:
         raise WorkloadError(f"workload request {missing} has no \"at\" while others do: give every line an \"at\", "
                             "or pass --rate or --concurrency to decide when requests go out")
-    return LoadPlan(sessions, send_at=tuple(arrival.at for arrival in arrivals), weight_changes=changes)
+    return LoadPlan(sessions, send_at=tuple(arrival.at for arrival in arrivals), weight_changes=changes,
+                    pod_restarts=restarts)

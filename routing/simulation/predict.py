@@ -24,24 +24,25 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from routing.options import (OptionError, add_model_options, load_stack_model, positive_int, positive_rate,
-                             positive_seconds, routing_option, weights_option)
+from routing.options import (OptionError, add_model_options, load_stack_model, nonnegative_seconds, positive_int,
+                             positive_rate, positive_seconds, routing_option, weights_option)
 from routing.picker.endpoint_picker import (DEFAULT_PICKER_VERSION, PICKER_VERSIONS, FilterOutcome, PickerConfigError,
                                             Request, with_default_weights)
 from routing.picker.prefix import EstimateTokenizer, HFTokenizerFile, Tokenizer, TokenizerFileError
 from routing.simulation import sweep
-from routing.simulation.fleet import (DEFAULT_BLOCK_SIZE, DEFAULT_CAPACITY_BLOCKS, DEFAULT_SCRAPE_INTERVAL,
-                                      SimulationResult)
+from routing.simulation.fleet import (DEFAULT_BLOCK_SIZE, DEFAULT_CAPACITY_BLOCKS, DEFAULT_EVENT_DELAY,
+                                      DEFAULT_SCRAPE_INTERVAL, SimulationResult)
 from routing.simulation.latency import (DEFAULT_LATENCY, DEFAULT_LATENCY_NOTE, DEFAULT_LIMITS, EngineLimits,
                                         LatencyModel, LatencyProfile, ProfileError, percentile)
 from routing.simulation.load_plan import plan_load, replays_in_time
 from routing.simulation.prediction import Baseline, Load, PredictError, Prediction, run_prediction
 from routing.tables import percent
-from routing.workloads import (BUILTIN_WORKLOADS as BUILTIN, DEFAULT_OUTPUT_TOKENS, Arrival, WeightChange,
-                               WorkloadError, load_arrivals, load_weight_changes)
+from routing.workloads import (BUILTIN_WORKLOADS as BUILTIN, DEFAULT_OUTPUT_TOKENS, Arrival, PodRestart,
+                               WeightChange, WorkloadError, load_arrivals, load_pod_restarts, load_weight_changes)
 from settings import MODELLED_VLLM_VERSION, lru_conflict, other_vllm_release
-from settings.picker_config import (STICKY_PARAMETERS, EndpointPickerConfig, load_endpoint_picker_config,
-                                    render_sticky_picker_config)
+from settings.model import DEFAULT_PREFIX_INDEX, PREFIX_INDEXES
+from settings.picker_config import (STICKY_PARAMETERS, EndpointPickerConfig, PreciseIndex,
+                                    load_endpoint_picker_config, render_sticky_picker_config)
 
 # The release whose scheduler and KV cache the simulated servers follow, as the report names it.
 MODELLED_VLLM_RELEASE = MODELLED_VLLM_VERSION.rpartition(".")[0]
@@ -69,6 +70,16 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                         help="the routing recipe to predict, over the stack's: weights, or sticky with its filter's "
                              "parameters, e.g. sticky,maxTTFTPenaltyMs=5000 (peakPrefillThroughput defaults to the "
                              "--latency-profile's calibrated figure, else upstream's 15928)")
+    parser.add_argument("--prefix-index", choices=PREFIX_INDEXES,
+                        help="where the picker learns which pods hold a prompt's prefix: approximate (its record of "
+                             "where it sent each one) or precise (the KV-cache events each vLLM pod publishes) "
+                             "(default: the stack's routing.prefixIndex, else approximate)")
+    parser.add_argument("--speculative-indexing", action="store_true",
+                        help="with --prefix-index precise and no stack that sets it: each pick also enters the "
+                             "request's blocks for the chosen pod for upstream's 2 s (speculativeIndexing)")
+    parser.add_argument("--event-delay", type=nonnegative_seconds, default=DEFAULT_EVENT_DELAY, metavar="S",
+                        help="seconds from the engine step that stores or evicts a block to the precise index "
+                             f"seeing it (default {DEFAULT_EVENT_DELAY:g}, measured on vLLM CPU and `serve`)")
     parser.add_argument("--replicas", type=positive_int, metavar="N", help="override the stack's replica count")
     parser.add_argument("--block-size", type=positive_int, metavar="TOKENS",
                         help=f"vLLM's KV block size (default: the profile's, else {DEFAULT_BLOCK_SIZE}, the GPU "
@@ -149,9 +160,42 @@ class _Target:
     sticky_from_stack: bool = False
     # Why the stack cannot deploy what is predicted (None: it can), said instead of config lines.
     undeployable: str | None = None
+    # The prefix index predicted, and the stack's precise index when it runs one (its block size
+    # and speculative entries); _setup builds the one predicted (`precise`) once the block size is known.
+    prefix_index: str = DEFAULT_PREFIX_INDEX
+    stack_precise: PreciseIndex | None = None
+    precise: PreciseIndex | None = None
 
 
 def _target(args: argparse.Namespace) -> _Target:
+    target = _recipe_or_weights_target(args)
+    stack_precise = None
+    if args.stack is not None:
+        model = load_stack_model(args.stack, args.model, args.stacks_dir).model
+        stack_precise = model.routing.precise
+    chosen = args.prefix_index or ("precise" if stack_precise is not None else DEFAULT_PREFIX_INDEX)
+    if args.speculative_indexing and (chosen != "precise" or stack_precise is not None):
+        raise PredictError("--speculative-indexing: speculative entries belong to the precise index, and " + (
+            f"stack {args.stack} sets them itself (routing.speculativeIndexing); drop the option"
+            if stack_precise is not None else "this prediction runs the approximate one; add --prefix-index precise"))
+    if args.prefix_index is not None and target.picker_config is not None and target.sticky is None:
+        raise PredictError(f"--prefix-index {args.prefix_index}: the model runs its own EndpointPickerConfig, whose "
+                           "prefix producer decides the index; predict it as it is, or with --pods N --prefix-index")
+    caveats = target.caveats
+    undeployable = target.undeployable
+    if chosen == "precise" and stack_precise is None and args.stack is not None:
+        implementation = load_stack_model(args.stack, args.model, args.stacks_dir).settings.gateway.implementation
+        if implementation == "hyperpod":
+            undeployable = (f"stack {args.stack} runs HyperPod's gateway, whose picker AWS builds from an unpublished "
+                            "llm-d release: `pulumi up` refuses routing.prefixIndex precise there "
+                            "(docs/configuration.md says why). This predicts the open-source llm-d router's precise "
+                            "index (gateway.implementation llm-d, the eks platform)")
+            caveats += (undeployable,)
+    return dataclasses.replace(target, prefix_index=chosen, stack_precise=stack_precise, caveats=caveats,
+                               undeployable=undeployable)
+
+
+def _recipe_or_weights_target(args: argparse.Namespace) -> _Target:
     overrides = args.weights or {}
     if args.routing is not None and args.routing[0] == "sticky" and overrides:
         raise PredictError(f"--weights with --routing {args.routing[0]}: the sticky recipe reads no scorer weights; "
@@ -251,7 +295,7 @@ def _sticky_picker(target: _Target, profile: LatencyProfile | None, notes: list[
         else:
             sticky["peakPrefillThroughput"] = measured
             notes.append(f"peakPrefillThroughput {measured:,} tokens/s, calibrated ({peak.describe()})")
-    config = load_endpoint_picker_config(render_sticky_picker_config(sticky))
+    config = load_endpoint_picker_config(render_sticky_picker_config(sticky, target.precise))
     return dataclasses.replace(target, picker_config=config, sticky=sticky)
 
 
@@ -270,6 +314,7 @@ class _Setup:
     picker_replicas: int
     notes: tuple[str, ...] = field(default=())
     weight_changes: tuple[WeightChange, ...] = ()
+    pod_restarts: tuple[PodRestart, ...] = ()
     # What runs today, to set beside what is predicted (--compare, the sweep's advice): the
     # stack's model as its file configures it, or with --pods the picker's default weights.
     deployed: _Target | None = None
@@ -279,11 +324,13 @@ class _Setup:
 
     def load(self, args: argparse.Namespace, seed: int) -> Load | None:
         plan = plan_load(self.arrivals, rate=args.rate, concurrency=args.concurrency, seed=seed,
-                         weight_changes=self.weight_changes)
+                         weight_changes=self.weight_changes, pod_restarts=self.pod_restarts)
         if plan is None:
             return None
+        # Stale picks are counted for one prediction's report, not a sweep's every setting.
+        count_stale = self.target.prefix_index == "approximate" and not args.sweep
         return Load(plan, tuple(arrival.output_tokens for arrival in self.arrivals), self.limits,
-                    args.scrape_interval, args.send_spacing or 0.0)
+                    args.scrape_interval, args.send_spacing or 0.0, args.event_delay, count_stale)
 
     def predict(self, args: argparse.Namespace, weights: Mapping[str, int], seed: int,
                 explain: int | None = None, picker_config: EndpointPickerConfig | None = None,
@@ -298,7 +345,7 @@ class _Setup:
                                     picker_replicas=self.picker_replicas, explain=explain,
                                     picker_config=picker_config or target.picker_config,
                                     baseline=self.baselines.get(baseline_key),
-                                    picker_version=args.picker_version)
+                                    picker_version=args.picker_version, precise=target.precise)
         if prediction.baseline is not None:
             self.baselines.setdefault(baseline_key, prediction.baseline)
         return prediction
@@ -307,14 +354,34 @@ class _Setup:
         return self.predict(args, self.deployed.weights, seed, target=self.deployed)
 
 
-def _deployed_target(args: argparse.Namespace, profile: LatencyProfile | None) -> _Target:
+def _deployed_target(args: argparse.Namespace, profile: LatencyProfile | None, block_size: int) -> _Target:
     """What runs today: the stack's model as its file configures it (no --weights, --routing or
     --replicas), or with --pods the picker's default weights on as many pods."""
-    unchanged = argparse.Namespace(**{**vars(args), "weights": None, "routing": None, "replicas": None})
-    deployed = _target(unchanged)
+    unchanged = argparse.Namespace(**{**vars(args), "weights": None, "routing": None, "replicas": None,
+                                      "prefix_index": None, "speculative_indexing": False})
+    deployed = _with_precise(_target(unchanged), block_size)
     if deployed.sticky is not None:
         deployed = _sticky_picker(deployed, profile, [])
     return deployed
+
+
+def _with_precise(target: _Target, block_size: int) -> _Target:
+    """The target with the precise index it predicts built: the stack's, or one of `block_size`."""
+    if target.prefix_index != "precise":
+        return target
+    precise = target.stack_precise or PreciseIndex(block_size, target.served_model or "model",
+                                                   "http://simulated-vllm", speculative=False)
+    return dataclasses.replace(target, precise=precise)
+
+
+def _block_size(args: argparse.Namespace, target: _Target, profile: LatencyProfile | None) -> int:
+    """vLLM's block size: --block-size; under the stack's precise index the block size it gives
+    vLLM; else the profile's, else the GPU default."""
+    if args.block_size:
+        return args.block_size
+    if target.prefix_index == "precise" and target.stack_precise is not None:
+        return target.stack_precise.block_size_tokens
+    return (profile and profile.block_size) or DEFAULT_BLOCK_SIZE
 
 
 def _setup(args: argparse.Namespace) -> _Setup:
@@ -325,6 +392,10 @@ def _setup(args: argparse.Namespace) -> _Setup:
     if args.picker_version != DEFAULT_PICKER_VERSION:
         notes.append(f"prefix hashing of picker {args.picker_version} ({PICKER_VERSIONS[args.picker_version]})")
     profile = LatencyProfile.load(args.latency_profile) if args.latency_profile else None
+    block_size = _block_size(args, target, profile)
+    target = _with_precise(target, block_size)
+    if target.precise is not None and args.speculative_indexing:
+        target = dataclasses.replace(target, precise=dataclasses.replace(target.precise, speculative=True))
     if target.sticky is not None:
         target = _sticky_picker(target, profile, notes)
     if profile is None:
@@ -335,7 +406,6 @@ def _setup(args: argparse.Namespace) -> _Setup:
         notes.append(f"latency from {args.latency_profile} ({profile.source or 'calibrated'})")
     limits = EngineLimits(args.max_num_seqs or limits.max_num_seqs,
                           args.max_num_batched_tokens or limits.max_num_batched_tokens)
-    block_size = args.block_size or (profile and profile.block_size) or DEFAULT_BLOCK_SIZE
     capacity = args.capacity_blocks or (profile and profile.num_gpu_blocks) or DEFAULT_CAPACITY_BLOCKS
     replicas = args.picker_replicas or target.picker_replicas
     in_time = replays_in_time(arrivals, rate=args.rate, concurrency=args.concurrency)
@@ -351,16 +421,18 @@ def _setup(args: argparse.Namespace) -> _Setup:
         notes.append(f"requests sent at one moment reach the picker {args.send_spacing * 1000:.1f} ms apart, one at "
                      "a time (--send-spacing); TTFT runs from the send")
     changes = load_weight_changes(args.workload)
+    restarts = load_pod_restarts(args.workload, target.replicas)
     for change in changes:
-        notes.append(f"at {change.at:g}s the weights change to "
-                     + ",".join(f"{name}={value}" for name, value in change.weights.items())
-                     + ": fresh picker indexes, the servers' caches stay warm")
+        notes.append(f"{change.describe}: fresh picker indexes (the precise one reads only later events: no "
+                     "replay), the servers' caches stay warm")
+    for restart in restarts:
+        notes.append(f"at {restart.at:g}s pod {target.pod_prefix}-{restart.pod} restarts: its cache is emptied")
     if replicas > 1:
         notes.append(f"{replicas} picker replicas: each request goes to one at random, each has its own prefix index "
                      "(if only an elected leader takes traffic, use --picker-replicas 1)")
-    deployed = _deployed_target(args, profile) if args.sweep or args.compare else None
+    deployed = _deployed_target(args, profile, block_size) if args.sweep or args.compare else None
     return _Setup(target, arrivals, tuple(arrival.request for arrival in arrivals), tokenizer, block_size, capacity,
-                  latency, limits, replicas, tuple(notes), changes, deployed)
+                  latency, limits, replicas, tuple(notes), changes, restarts, deployed)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -396,8 +468,11 @@ def run(args: argparse.Namespace) -> int:
     seeds = f"picker seed {seed}" if args.runs == 1 else f"seeds {seed}..{seed + args.runs - 1}"
     notes = [seeds + ("" if args.seed is not None else f" (repeat with --seed {seed})"), *setup.notes]
     first = predictions[0]
+    timeline = restart_timeline(first.picker, restart_moments(setup)) if first.under_load else []
     if args.json:
-        result = first.to_json()
+        result = {**first.to_json(), "prefixIndex": setup.target.prefix_index}
+        if timeline:
+            result["restarts"] = timeline
         if args.runs > 1:
             result["spread"] = spread_json(predictions)
         if args.explain is not None:
@@ -416,7 +491,8 @@ def run(args: argparse.Namespace) -> int:
     print(format_prediction(first, target=setup.target, workload=args.workload, requests=len(setup.requests),
                             block_size=setup.block_size, notes=notes,
                             mode=setup.load(args, seed).plan.describe() if first.under_load else "serial",
-                            picker_replicas=setup.picker_replicas, scrape_interval=args.scrape_interval))
+                            picker_replicas=setup.picker_replicas, scrape_interval=args.scrape_interval,
+                            event_delay=args.event_delay, timeline=timeline))
     if args.runs > 1:
         print("\n" + format_spread(predictions, seed))
     if args.explain is not None:
@@ -430,9 +506,9 @@ def _check_compare(args: argparse.Namespace) -> None:
                            "--compare")
     if args.explain is not None:
         raise PredictError(f"--compare with --explain {args.explain}: explain one setting's pick without --compare")
-    if args.weights is None and args.routing is None and args.replicas is None:
-        raise PredictError("--compare: nothing is proposed beside what runs; give --weights, --routing or --replicas, "
-                           "e.g. --compare --replicas 3")
+    if args.weights is None and args.routing is None and args.replicas is None and args.prefix_index is None:
+        raise PredictError("--compare: nothing is proposed beside what runs; give --weights, --routing, --replicas or "
+                           "--prefix-index, e.g. --compare --replicas 3")
 
 
 def _proposed_text(args: argparse.Namespace, target: _Target) -> str:
@@ -445,9 +521,11 @@ def _proposed_text(args: argparse.Namespace, target: _Target) -> str:
                                                          for name, value in parameters.items())]))
     if args.replicas is not None:
         changes.append(f"--replicas {args.replicas}")
+    if args.prefix_index is not None:
+        changes.append(f"--prefix-index {args.prefix_index}")
     what = ("the sticky recipe" if target.sticky is not None else
             "weights " + " ".join(f"{name}={value}" for name, value in with_default_weights(target.weights).items()))
-    return f"{what}, {target.replicas} pods ({', '.join(changes)})"
+    return f"{what}, {target.prefix_index} prefix index, {target.replicas} pods ({', '.join(changes)})"
 
 
 def _check_sweep(args: argparse.Namespace, setup: _Setup) -> None:
@@ -552,7 +630,7 @@ def _deployed_text(args: argparse.Namespace, deployed: _Target) -> str:
     what = ("the sticky recipe" if deployed.sticky is not None else
             "weights " + " ".join(f"{name}={value}" for name, value in with_default_weights(deployed.weights).items()))
     where = f"stack {args.stack} as its file sets it" if args.stack else "no stack: the picker's default weights"
-    return f"{what}, {deployed.replicas} pods ({where})"
+    return f"{what}, {deployed.prefix_index} prefix index, {deployed.replicas} pods ({where})"
 
 
 def _write_heat_map(args: argparse.Namespace, setup: _Setup, results: Sequence[sweep.SettingResult],
@@ -605,9 +683,75 @@ def format_load_table(result: SimulationResult, ttfts: Sequence[float], queue_ti
     return "\n".join(lines)
 
 
+# The windows around a restart whose hit rates show its dip: the one before it, then after it.
+RESTART_WINDOW_SECONDS = 5.0
+RESTART_WINDOWS = ((-1, 0), (0, 1), (1, 2), (2, 4))
+
+
+def restart_timeline(result: SimulationResult, moments: Sequence[tuple[float, str]],
+                     window: float = RESTART_WINDOW_SECONDS) -> list[dict[str, Any]]:
+    """Per restart (time, what), the hit rate of the requests sent in each of RESTART_WINDOWS
+    (in `window` seconds from the restart); None where none were sent."""
+    sent_at = getattr(result, "sent_at", ())
+    timeline = []
+    for at, what in moments:
+        windows = []
+        for start, end in RESTART_WINDOWS:
+            low, high = at + start * window, at + end * window
+            mine = [index for index, sent in enumerate(sent_at) if low <= sent < high]
+            queries = sum(result.prompt_lens[index] for index in mine)
+            hits = sum(result.hit_tokens[index] for index in mine)
+            windows.append({"from": start * window, "to": end * window, "requests": len(mine),
+                            "hitRate": hits / queries if queries else None})
+        timeline.append({"at": at, "event": what, "windows": windows})
+    return timeline
+
+
+def format_timeline(timeline: Sequence[Mapping[str, Any]]) -> list[str]:
+    if not timeline:
+        return []
+    lines = ["Around each restart, the hit rate of the requests sent (seconds from the restart):"]
+    for moment in timeline:
+        cells = ", ".join(f"{window['from']:+g} to {window['to']:+g}s {percent(window['hitRate'])}"
+                          for window in moment["windows"])
+        lines.append(f"  {moment['event']}: {cells}")
+    return lines
+
+
+def format_stale(prediction: Prediction) -> list[str]:
+    """The approximate index's stale picks, and what routing on the pods' events would see."""
+    stale = prediction.stale
+    if stale is None:
+        return []
+    if not stale.stale:
+        return [f"Stale picks: none of {stale.picks:,} picks went to a pod for prefix blocks it had dropped: the "
+                "approximate index kept up with the pods' caches on this traffic."]
+    return [f"Stale picks: {stale.stale:,} of {stale.picks:,} picks ({stale.stale / stale.picks:.1%}) went to a pod "
+            f"credited with prefix blocks it had evicted or lost ({stale.tokens:,} prompt tokens credited and not "
+            "held);",
+            f"  in {stale.elsewhere:,} of them another pod held more of the prompt, which the precise index (the pods' "
+            "own KV-cache events) would have seen. Predict with --prefix-index precise to compare."]
+
+
+def _index_text(target: _Target, event_delay: float) -> str:
+    if target.precise is None:
+        return "prefix index approximate (its own record of where it sent each prefix)"
+    speculative = ", speculative entries" if target.precise.speculative else ""
+    return (f"prefix index precise (each pod's KV-cache events, blocks of {target.precise.block_size_tokens} tokens, "
+            f"seen {event_delay * 1000:g} ms after the step that made them{speculative})")
+
+
+def restart_moments(setup: _Setup) -> list[tuple[float, str]]:
+    moments = [(change.at, change.describe) for change in setup.weight_changes]
+    moments += [(restart.at, f"at {restart.at:g}s pod {setup.target.pod_prefix}-{restart.pod} restarts")
+                for restart in setup.pod_restarts]
+    return sorted(moments)
+
+
 def format_prediction(prediction: Prediction, *, target: _Target, workload: str, requests: int, block_size: int,
                       notes: Sequence[str], mode: str = "serial", picker_replicas: int = 1,
-                      scrape_interval: float = DEFAULT_SCRAPE_INTERVAL) -> str:
+                      scrape_interval: float = DEFAULT_SCRAPE_INTERVAL, event_delay: float = DEFAULT_EVENT_DELAY,
+                      timeline: Sequence[Mapping[str, Any]] = ()) -> str:
     weights = " ".join(f"{name}={value}" for name, value in prediction.weights.items())
     capacity = "unbounded" if prediction.capacity_blocks is None else f"{prediction.capacity_blocks} blocks"
     limits = prediction.limits
@@ -623,6 +767,8 @@ def format_prediction(prediction: Prediction, *, target: _Target, workload: str,
         unset = "upstream's defaults" if not target.sticky else f"upstream's defaults but {', '.join(target.sticky)}"
         picker = (f"  picker: llm-d router v0.10, sticky recipe: prefix-cache-affinity filter ({parameters}; "
                   f"{unset}), token-load scorer, max-score picker")
+    if target.picker_config is not None or prediction.weights.get("prefix") or prediction.weights.get("lru"):
+        picker += f"; {_index_text(target, event_delay)}"
     if prediction.under_load:
         replicas = f"{picker_replicas} replica{'s' if picker_replicas > 1 else ''}"
         picker += f"; {replicas}, scraping each pod every {scrape_interval * 1000:g} ms"
@@ -639,6 +785,8 @@ def format_prediction(prediction: Prediction, *, target: _Target, workload: str,
         "",
         "Endpoint picker (hits and queries in tokens, times in ms)",
         format_load_table(prediction.picker, prediction.ttfts[0], prediction.queue_times[0], indent="  "),
+        *format_stale(prediction),
+        *format_timeline(timeline),
         "",
         "Round-robin (a plain Kubernetes Service)",
         format_load_table(prediction.round_robin, prediction.ttfts[1], prediction.queue_times[1], indent="  "),

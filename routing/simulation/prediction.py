@@ -11,18 +11,20 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
 from routing.picker.endpoint_picker import (DEFAULT_PICKER_VERSION, Decision, EndpointPicker, Hashed, HashPlan, Picker,
-                                            PickerConfigError, PodMetrics, Request, RoundRobinPicker,
+                                            PickerConfigError, PodMetrics, PrecisePlan, Request, RoundRobinPicker,
                                             with_default_weights)
-from routing.picker.prefix import EstimateTokenizer, Tokenizer
+from routing.picker.prefix import EstimateTokenizer, Tokenizer, server_tokens
 from routing.simulation.engine import CapacityError
-from routing.simulation.fleet import (DEFAULT_BLOCK_SIZE, DEFAULT_CAPACITY_BLOCKS, DEFAULT_SCRAPE_INTERVAL, Fleet,
+from routing.simulation.fleet import (DEFAULT_BLOCK_SIZE, DEFAULT_CAPACITY_BLOCKS, DEFAULT_EVENT_DELAY,
+                                      DEFAULT_SCRAPE_INTERVAL, Fleet, StalePicks,
                                       LoadResult, Prepared, SimulatedServer, SimulationResult, UnsupportedRequest,
                                       prepare, simulate_side_by_side, simulate_under_load)
 from routing.simulation.latency import DEFAULT_LATENCY, DEFAULT_LIMITS, EngineLimits, LatencyModel, percentile
 from routing.simulation.load_plan import LoadPlan
 from routing.simulation.parallel import run_beside
 from routing.workloads import WorkloadError, to_requests
-from settings.picker_config import EndpointPickerConfig
+from settings.picker_config import (EndpointPickerConfig, PreciseIndex, load_endpoint_picker_config,
+                                    render_endpoint_picker_config)
 
 PERCENTILES = (0.5, 0.95, 0.99)
 # Below this many requests a replay under load takes well under a second, and forking a child
@@ -44,6 +46,8 @@ class Load:
     limits: EngineLimits = DEFAULT_LIMITS
     scrape_interval: float = DEFAULT_SCRAPE_INTERVAL
     send_spacing: float = 0.0  # Fleet.send_spacing: requests sent together reach the picker this far apart
+    event_delay: float = DEFAULT_EVENT_DELAY  # Fleet.event_delay: KV-cache events' way to a precise picker
+    count_stale: bool = False  # Fleet.count_stale: count an approximate picker's stale picks
 
 
 class ReplicatedPicker:
@@ -66,14 +70,24 @@ class ReplicatedPicker:
 
 
 def replica_pickers(configuration: Mapping[str, int] | EndpointPickerConfig, count: int, seed: int | None,
-                    picker_version: str = DEFAULT_PICKER_VERSION) -> tuple[EndpointPicker, ...]:
+                    picker_version: str = DEFAULT_PICKER_VERSION, tokenizer: Tokenizer | None = None,
+                    precise: PreciseIndex | None = None) -> tuple[EndpointPicker, ...]:
     """`count` fresh picker replicas of weights or a whole EndpointPickerConfig (a weight change
     rolls them: fresh indexes); one replica keeps `seed` itself, so a single picker breaks ties
-    as `serve --seed` does."""
+    as `serve --seed` does. Weights run on the precise prefix index with `precise`, as the
+    stack renders them; a precise index keys the servers' tokens: `tokenizer`'s."""
+    tokenizer = tokenizer or EstimateTokenizer()
+    if precise is not None and not isinstance(configuration, EndpointPickerConfig):
+        configuration = load_endpoint_picker_config(render_endpoint_picker_config(configuration, precise))
+
+    def engine_tokens(request: Request) -> list:
+        return server_tokens(tokenizer, request)
+
     if count == 1:
-        return (EndpointPicker(configuration, seed=seed, picker_version=picker_version),)
+        return (EndpointPicker(configuration, seed=seed, picker_version=picker_version, engine_tokens=engine_tokens),)
     seeds = random.Random(seed)
-    return tuple(EndpointPicker(configuration, seed=seeds.randrange(2 ** 32), picker_version=picker_version)
+    return tuple(EndpointPicker(configuration, seed=seeds.randrange(2 ** 32), picker_version=picker_version,
+                                engine_tokens=engine_tokens)
                  for _ in range(count))
 
 
@@ -118,12 +132,18 @@ class Prediction:
         bestHitRate; otherwise bestHitRate is an upper bound that may be out of reach."""
         return self.capacity_blocks is None or self.best_cache_blocks <= self.capacity_blocks
 
+    @property
+    def stale(self) -> StalePicks | None:
+        """The approximate picker's stale picks, when counted (Load.count_stale)."""
+        return getattr(self.picker, "stale", None)
+
     def to_json(self) -> dict:
+        stale = {"stalePicks": self.stale.to_json()} if self.stale is not None else {}
         return {**self.picker.to_json(), "ttft": percentile_figures(self.ttfts[0]),
                 "queue": percentile_figures(self.queue_times[0]),
                 "roundRobin": {**self.round_robin.to_json(), "ttft": percentile_figures(self.ttfts[1]),
                                "queue": percentile_figures(self.queue_times[1])},
-                "bestHitRate": self.best.hit_rate}
+                "bestHitRate": self.best.hit_rate, **stale}
 
 
 def serial_ttfts(result: SimulationResult, latency: LatencyModel, limits: EngineLimits) -> tuple[float, ...]:
@@ -140,26 +160,33 @@ def run_prediction(requests: Sequence[Request], *, weights: Mapping[str, int] | 
                    seed: int | None = None, load: Load | None = None, latency: LatencyModel = DEFAULT_LATENCY,
                    limits: EngineLimits = DEFAULT_LIMITS, picker_replicas: int = 1,
                    explain: int | None = None, picker_config: EndpointPickerConfig | None = None,
-                   baseline: Baseline | None = None, picker_version: str = DEFAULT_PICKER_VERSION) -> Prediction:
+                   baseline: Baseline | None = None, picker_version: str = DEFAULT_PICKER_VERSION,
+                   precise: PreciseIndex | None = None) -> Prediction:
     """Replays `requests` onto `replicas` pods named `<pod_prefix>-<i>`, routed by a picker with
     `weights` laid over the default profile (as `serve` and the cluster's picker do):
     serially, or under `load` in simulated time. Under load, `baseline` (an earlier
     prediction's, with everything but the weights the same) spares tokenizing the workload and
-    replaying round-robin and the best case again."""
+    replaying round-robin and the best case again. `precise`: weights route on the precise
+    prefix index (a `picker_config` carries its own)."""
     if isinstance(replicas, bool) or not isinstance(replicas, int) or replicas < 1:
         raise PredictError(f"replicas={replicas!r}: must be a whole number of at least 1 (--replicas N)")
     if not requests:
         raise WorkloadError("the workload has no requests")
     if explain is not None and not 0 <= explain < len(requests):
         raise PredictError(f"--explain {explain}: the workload has requests 0 to {len(requests) - 1}")
+    tokenizer = tokenizer or EstimateTokenizer()
     if picker_config is not None:
         # The user's whole configuration: its scorers and weights are what run, nothing laid over.
-        pickers = replica_pickers(picker_config, picker_replicas, seed, picker_version)
+        pickers = replica_pickers(picker_config, picker_replicas, seed, picker_version, tokenizer, precise)
         weights = dict(pickers[0].weights)
     else:
         weights = with_default_weights(weights)
-        pickers = replica_pickers(weights, picker_replicas, seed, picker_version)
-    tokenizer = tokenizer or EstimateTokenizer()
+        pickers = replica_pickers(weights, picker_replicas, seed, picker_version, tokenizer, precise)
+    plan = pickers[0].hash_plan(block_size)
+    if isinstance(plan, PrecisePlan) and plan.block_tokens != block_size:
+        raise PredictError(f"--block-size {block_size}: the precise prefix index keys blocks of {plan.block_tokens} "
+                           "tokens (tokenProcessorConfig.blockSizeTokens), so its keys would never match the servers' "
+                           f"events; predict with --block-size {plan.block_tokens}, the block size the stack gives vLLM")
     names = tuple(f"{pod_prefix}-{i}" for i in range(replicas))
 
     # The best any placement could do: a request can only hit blocks some earlier request left
@@ -189,20 +216,21 @@ def run_prediction(requests: Sequence[Request], *, weights: Mapping[str, int] | 
         # fleet forks: the picker's fleet, the critical path, then only looks them up, and a
         # sweep's every setting reuses them.
         prepared = (baseline.prepared if baseline is not None
-                    else prepare(requests, load.output_lens, tokenizer, block_size, pickers[0].hash_plan(block_size)))
+                    else prepare(requests, load.output_lens, tokenizer, block_size, plan))
     except UnsupportedRequest as error:
         raise PredictError(str(error)) from None
 
     def fleet_result(fleet_pickers: tuple[Picker, ...], reads_metrics: bool, keep: int | None,
                      repick: Any = None) -> LoadResult:
         fleet = Fleet(names, fleet_pickers, capacity_blocks, load.limits, latency, load.scrape_interval,
-                      reads_metrics, repick, load.send_spacing)
+                      reads_metrics, repick, load.send_spacing, load.event_delay, load.count_stale and reads_metrics)
         return simulate_under_load(prepared, load.plan, fleet, seed=seed, explain=keep)
 
     def repick(overrides: Mapping[str, int], number: int) -> tuple[EndpointPicker, ...]:
         # New pods draw their own tie-breaks: a seed of their own, repeatable from the run's.
         restarted = None if seed is None else random.Random(f"{seed}/{number}").randrange(2 ** 32)
-        return replica_pickers({**weights, **overrides}, picker_replicas, restarted, picker_version)
+        configuration = picker_config if picker_config is not None and not overrides else {**weights, **overrides}
+        return replica_pickers(configuration, picker_replicas, restarted, picker_version, tokenizer, precise)
 
     def round_robin_and_best() -> tuple[LoadResult, SimulationResult, int]:
         round_robin = fleet_result((RoundRobinPicker(),), False, None)

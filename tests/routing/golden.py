@@ -39,7 +39,8 @@ from routing.simulation.latency import EngineLimits, LatencyModel  # noqa: E402
 from routing.simulation.load_plan import plan_load  # noqa: E402
 from routing.simulation.prediction import Load, Prediction, run_prediction  # noqa: E402
 from routing.workloads import Arrival  # noqa: E402
-from settings.picker_config import load_endpoint_picker_config, render_sticky_picker_config  # noqa: E402
+from settings.picker_config import (PreciseIndex, load_endpoint_picker_config,  # noqa: E402
+                                    render_sticky_picker_config)
 
 # A calibrated profile's shape (the under-load benchmark's servers, 2026-12-05), jitter included
 # so the step draws are part of what must not move.
@@ -111,13 +112,27 @@ def _tenant_trace(requests: int, tenants: int, seed: int) -> list[Arrival]:
     return arrivals
 
 
-def _pressure(weights: Mapping[str, int] | None, pods: int, capacity_blocks: int) -> dict[str, Any]:
-    """A Poisson trace onto pods whose KV cache is too small for it: evictions and preemptions."""
+def _pressure(weights: Mapping[str, int] | None, pods: int, capacity_blocks: int,
+              precise: bool = False) -> dict[str, Any]:
+    """A Poisson trace onto pods whose KV cache is too small for it: evictions and preemptions;
+    `precise`: routed on the pods' KV-cache events (blocks of 16, speculative entries)."""
     arrivals = _tenant_trace(3000, 60, 5)
     plan = plan_load(arrivals, rate=500.0, seed=7)
     load = Load(plan, (16,) * len(arrivals), EngineLimits(max_num_seqs=48, max_num_batched_tokens=2048))
+    index = PreciseIndex(16, "m", "http://vllm", speculative=True) if precise else None
     return _digest(run_prediction([arrival.request for arrival in arrivals], weights=weights, replicas=pods,
-                                  capacity_blocks=capacity_blocks, seed=3, load=load, picker_replicas=2))
+                                  capacity_blocks=capacity_blocks, seed=3, load=load, picker_replicas=2,
+                                  precise=index))
+
+
+def _restarts(directory: Path, prefix_index: str) -> Any:
+    """A timed workload with a picker restart and a pod restart, on one prefix index."""
+    lines = TRACE.read_text(encoding="utf-8").splitlines()
+    workload = directory / "restarts.jsonl"
+    workload.write_text("\n".join([*lines, json.dumps({"at": 1.0, "restart": "picker"}),
+                                   json.dumps({"at": 2.0, "restart": "pod", "pod": 1})]) + "\n", encoding="utf-8")
+    return _cli("predict", "--pods", "3", "--workload", str(workload), "--seed", "12", "--capacity-blocks", "300",
+                "--prefix-index", prefix_index)
 
 
 def _weight_change(directory: Path) -> Any:
@@ -160,6 +175,9 @@ def cases(directory: Path) -> dict[str, Callable[[], Any]]:
                                        "maxTTFTPenaltyMs=0..400:200", "--seed", "2"),
         "pressure-default": lambda: _pressure(None, 4, 700),
         "pressure-no-prefix": lambda: _pressure(NO_PREFIX, 4, 700),
+        "pressure-precise": lambda: _pressure(None, 4, 700, precise=True),
+        "trace-precise-restarts": lambda: _restarts(directory, "precise"),
+        "trace-approximate-restarts": lambda: _restarts(directory, "approximate"),
     }
     for index, name in enumerate(("multi-tenant", "multi-turn-chat", "cache-pressure")):
         for setting in ("default", "no-prefix", "sticky", "sticky-upstream"):

@@ -461,10 +461,6 @@ def test_the_weights_path_and_the_config_path_pick_alike():
     (config(plugins=[{"type": "token-producer", "parameters": {"vllm": {"url": "http://x"}, "modelName": MODEL},
                       "name": "tok"}]),
      "plugin tok (token-producer) tokenizes with the model's tokenizer"),
-    (config(plugins=[{"type": "precise-prefix-cache-producer", "name": "precise"},
-                     {"type": "prefix-cache-scorer", "parameters": {"prefixMatchInfoProducerName": "precise"}}]),
-     "plugin precise (precise-prefix-cache-producer) produces the prefix match info a scorer reads; only "
-     "approx-prefix-cache-producer is modelled"),
 ])
 def test_plugins_the_model_does_not_reproduce_are_refused_when_they_would_take_part(document, expected):
     loaded = load_endpoint_picker_config(document)  # upstream runs these: loading accepts them

@@ -75,8 +75,8 @@ def test_compare_sets_more_replicas_beside_the_stacks_two_in_one_table(capsys):
     status, out, _ = run_cli(*argv, capsys=capsys)
     assert status == 0
     lines = out.splitlines()
-    assert "deployed: weights queue=2 kvCache=2 prefix=3, 2 pods (stack dev as its file sets it)" in out
-    assert "proposed: weights queue=2 kvCache=2 prefix=3, 3 pods (--replicas 3)" in out
+    assert "deployed: weights queue=2 kvCache=2 prefix=3, approximate prefix index, 2 pods (stack dev as its file sets it)" in out
+    assert "proposed: weights queue=2 kvCache=2 prefix=3, approximate prefix index, 3 pods (--replicas 3)" in out
     header = next(line for line in lines if line.split() == ["deployed", "proposed", "change"])
     rows = [line.strip().split("  ")[0] for line in lines[lines.index(header) + 1:]]
     assert rows == ["hit rate", "busiest pod's share", "TTFT p50", "TTFT p95", "queue p95", "round-robin hit rate"]
@@ -89,7 +89,7 @@ def test_compare_sets_more_replicas_beside_the_stacks_two_in_one_table(capsys):
 
 
 @pytest.mark.parametrize("extra, message", [
-    ((), "--compare: nothing is proposed beside what runs; give --weights, --routing or --replicas"),
+    ((), "--compare: nothing is proposed beside what runs; give --weights, --routing, --replicas or --prefix-index"),
     (("--weights", "prefix=0", "--sweep", "queue=0..1"), "--compare with --sweep: a sweep sets the deployed setting"),
 ])
 def test_compare_without_a_proposal_or_with_a_sweep_is_refused(capsys, extra, message):

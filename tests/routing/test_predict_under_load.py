@@ -533,7 +533,7 @@ def test_a_weight_change_needs_a_clock(tmp_path):
     from routing.workloads import load_weight_changes
 
     arrivals = load_arrivals(str(path))
-    with pytest.raises(WorkloadError, match="changes weights at set times, so it needs a clock"):
+    with pytest.raises(WorkloadError, match="changes weights or restarts pickers or pods at set times, so it needs a clock"):
         plan_load(arrivals, weight_changes=load_weight_changes(str(path)))
 
 

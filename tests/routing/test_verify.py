@@ -511,8 +511,18 @@ def test_weight_changes_are_refused_by_line_before_anything_is_sent(pods, gatewa
     gateway = gateway_factory(pods, lambda n: "pod-a")
     assert cli.main(verify_args(pods, gateway, "--workload", str(workload))) == 2
     err = capsys.readouterr().err
-    assert err.startswith(f'verify: workload {workload}: {{"at", "weights"}} lines change the picker\'s weights '
-                          "(line 2 at 1.5s), which verify cannot do to a live gateway mid-run")
+    assert err.startswith(f'verify: workload {workload}: {{"at", "weights"}} and {{"at", "restart"}} lines change or '
+                          "restart the pickers (line 2 at 1.5s), which verify cannot do to a live gateway mid-run")
+    assert pods["pod-a"].bodies == [] and pods["pod-b"].bodies == []
+
+
+def test_pod_restarts_are_refused_by_line_before_anything_is_sent(pods, gateway_factory, tmp_path, capsys):
+    workload = tmp_path / "restart.jsonl"
+    workload.write_text('{"at": 0, "body": {"prompt": "a"}}\n{"at": 1, "restart": "pod", "pod": 0}\n')
+    gateway = gateway_factory(pods, lambda n: "pod-a")
+    assert cli.main(verify_args(pods, gateway, "--workload", str(workload))) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f'verify: workload {workload}: {{"at", "restart": "pod"}} lines restart pods (line 2 at 1s)')
     assert pods["pod-a"].bodies == [] and pods["pod-b"].bodies == []
 
 
