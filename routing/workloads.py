@@ -7,8 +7,10 @@ of each (`Request`), ready to predict. A JSON Lines workload holds either bare r
 has finished. A line {"at": seconds, "weights": {...}} changes the picker's weights then
 (laid over the run's): the pickers restart with empty prefix indexes, as after the rollout a
 config change needs, while the servers keep their caches. A line {"at": seconds, "restart":
-"picker"} restarts the pickers as they are; {"at": seconds, "restart": "pod", "pod": N} empties
-the cache of the N-th pod (from 0), as its restart or vLLM's /reset_prefix_cache does.
+"picker"} restarts the pickers as they are; {"at": seconds, "restart": "pod", "pod": N} restarts
+the N-th pod (from 0): it comes back with an empty cache, and a precise picker drops what it
+held at once (the endpoint left the pool); {"at": seconds, "reset": "prefix-cache", "pod": N}
+empties its cache as vLLM's /reset_prefix_cache does, which the pod reports with its next step.
 """
 
 from __future__ import annotations
@@ -107,7 +109,7 @@ def load_jsonl(path: str | Path, model: str | None = None) -> tuple[list[dict[st
             raise WorkloadError(f"workload {path} line {number}: is a JSON {type(body).__name__}, not an object. "
                                 'Write one request body per line, e.g. {"model": "...", "prompt": "..."}.')
         keys = sorted(body)
-        timed_keys = [key for key in keys if key in WRAPPER_KEYS | {"weights", "restart", "pod"}]
+        timed_keys = [key for key in keys if key in WRAPPER_KEYS | {"weights", "restart", "reset", "pod"}]
         if model is not None:
             body["model"] = model
         try:
@@ -117,7 +119,7 @@ def load_jsonl(path: str | Path, model: str | None = None) -> tuple[list[dict[st
                 raise WorkloadError(f"workload {path} line {number}: has {', '.join(timed_keys)} but is neither a "
                                     'request body nor a timed line: {"at", "session", "body"} lines hold those keys '
                                     'only, with a "body" object, {"at", "weights"} and {"at", "restart"} lines '
-                                    'those two, {"at", "restart": "pod", "pod"} lines those three; this one has '
+                                    'those two, {"at", "restart" or "reset", "pod"} lines those three; this one has '
                                     f"{', '.join(keys)}") from None
             text = json.dumps(body, ensure_ascii=False)
             surrogate = lone_surrogate(text)
@@ -205,7 +207,7 @@ def _is_weight_change(value: Any) -> bool:
 
 
 def _is_pod_restart(value: Any) -> bool:
-    return isinstance(value, dict) and set(value) == {"at", "restart", "pod"}
+    return isinstance(value, dict) and (set(value) == {"at", "restart", "pod"} or set(value) == {"at", "reset", "pod"})
 
 
 def _is_timed_event(value: Any) -> bool:
@@ -230,11 +232,16 @@ class WeightChange:
 
 @dataclass(frozen=True)
 class PodRestart:
-    """The cache of pod number `pod` (from 0, in the run's order) is emptied at `at`."""
+    """Pod number `pod` (from 0, in the run's order) restarts at `at` or, with `reset`, only has
+    its prefix cache reset."""
 
     at: float
     pod: int
     line: int
+    reset: bool = False
+
+    def describe(self, name: str) -> str:
+        return f"at {self.at:g}s {name}'s prefix cache is reset" if self.reset else f"at {self.at:g}s {name} restarts"
 
 
 def load_arrivals(name_or_path: str, model: str | None = None) -> list[Arrival]:
@@ -332,17 +339,19 @@ def load_weight_changes(name_or_path: str) -> tuple[WeightChange, ...]:
 
 
 def load_pod_restarts(name_or_path: str, pods: int | None = None) -> tuple[PodRestart, ...]:
-    """The workload file's {"at", "restart": "pod", "pod": N} lines, in time order; with `pods`,
-    each N is checked against that many pods."""
+    """The workload file's {"at", "restart": "pod", "pod": N} and {"at", "reset": "prefix-cache",
+    "pod": N} lines, in time order; with `pods`, each N is checked against that many pods."""
     restarts = []
     for where, number, value in _timed_lines(name_or_path, _is_pod_restart):
         pod = value["pod"]
-        if value["restart"] != "pod":
-            raise WorkloadError(f'{where}: "restart" {value["restart"]!r} with "pod": a pod\'s restart is '
-                                '{"at": seconds, "restart": "pod", "pod": N}')
+        if value.get("restart", "pod") != "pod" or value.get("reset", "prefix-cache") != "prefix-cache":
+            key = "restart" if "restart" in value else "reset"
+            raise WorkloadError(f'{where}: "{key}" {value[key]!r} with "pod": a pod\'s restart is {{"at": seconds, '
+                                '"restart": "pod", "pod": N}, a reset of its cache {"at": seconds, "reset": '
+                                '"prefix-cache", "pod": N}')
         if isinstance(pod, bool) or not isinstance(pod, int) or pod < 0 or (pods is not None and pod >= pods):
             upper = f" to {pods - 1}" if pods is not None else " or more"
             raise WorkloadError(f'{where}: "pod" {pod!r} must be a pod\'s number, 0{upper}, in the order the run '
                                 "names its pods")
-        restarts.append(PodRestart(float(value["at"]), pod, number))
+        restarts.append(PodRestart(float(value["at"]), pod, number, reset="reset" in value))
     return tuple(sorted(restarts, key=lambda restart: restart.at))

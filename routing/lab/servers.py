@@ -85,6 +85,8 @@ def next_commands(pair: VllmPair, model_dir: Path) -> list[tuple[str, str]]:
     return [
         ("a gateway in front of them that picks as the endpoint picker does (the x-routed-to header names the pick)",
          f"{TOOLKIT} serve {backends} --seed {DEFAULT_SEED}"),
+        ("or one that routes on what each server holds, by the KV-cache events they publish (llm-d's precise "
+         "prefix-cache routing)", f"{TOOLKIT} serve {backends} --seed {DEFAULT_SEED} --prefix-index precise"),
         ("then, in a third terminal, the seed's shared-prefix batch through it on emptied caches (as predict "
          "starts), measured from the servers' counters",
          f"{TOOLKIT} verify {pods} --gateway-url {SERVE_URL} --model-id {SERVED_MODEL} --expect concentrate "
@@ -108,7 +110,8 @@ def ready_text(pair: VllmPair, model_dir: Path, size: str, up_after: float) -> s
     lines += [f"  serving the {size} model ({width} wide, {layers} layers, {shown(model_dir)}) under the name "
               f"{SERVED_MODEL!r}: put \"model\": \"{SERVED_MODEL}\" in request bodies",
               f"  {tinymodel.GIBBERISH}",
-              f"  KV cache: blocks of {pair.block_size} tokens, {pair.capacity_blocks} per server",
+              f"  KV cache: blocks of {pair.block_size} tokens, {pair.capacity_blocks} per server; its events "
+              "published on " + ", ".join(server.kv_events_endpoint for server in pair.servers),
               "", f"Next, in another terminal, from {REPO_ROOT}:"]
     for what, command in next_commands(pair, model_dir):
         lines += [f"  # {what}", f"  {command}"]

@@ -19,6 +19,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.error
 import urllib.request
@@ -217,7 +218,19 @@ class VllmServer:
                 "--enable-scale-out",
                 # Replies say how many prompt tokens were cached (usage.prompt_tokens_details), which
                 # serve logs per request.
-                "--enable-prompt-tokens-details", *self.extra_args]
+                "--enable-prompt-tokens-details",
+                # KV-cache events for serve --prefix-index precise, on the llm-d router's topic form.
+                "--kv-events-config", json.dumps(self.kv_events_config()), *self.extra_args]
+
+    @property
+    def kv_events_endpoint(self) -> str:
+        # An ipc:// endpoint binds (vLLM binds `*`, `::`, ipc and inproc ones and connects to the
+        # rest): reachable from this machine only, as the server's 127.0.0.1 port is.
+        return f"ipc://{tempfile.gettempdir()}/vllm-kv-events-{self.port}.sock"
+
+    def kv_events_config(self) -> dict[str, object]:
+        return {"enable_kv_cache_events": True, "publisher": "zmq", "endpoint": self.kv_events_endpoint,
+                "topic": f"kv@{self.name}@{self.served_model_name}"}
 
     def environment(self) -> dict[str, str]:
         env = dict(os.environ)

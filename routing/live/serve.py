@@ -27,6 +27,11 @@ reports them (`usage.prompt_tokens_details.cached_tokens`, in a reply or in a st
 chunk; vLLM reports them when started with --enable-prompt-tokens-details). A stream passes
 through as it comes: only its last bytes are kept, by reference, to read the usage from.
 
+With `--prefix-index precise` the picker routes on what each server holds: serve subscribes to
+every backend's KV-cache events (routing/live/kv_events.py), keys each request from the tokens
+vLLM renders for it, and the explanation and /health show the index's view (blocks held per
+backend, events received and dropped, how long events took to arrive).
+
 GET /health shows each backend's last good scrape (when it was sent, and the queue, running
 and KV-usage figures the picker read). In-process, `RunningGateway.wait_idle` waits until
 every backend has been scraped idle since a given moment: serial experiments call it before
@@ -48,7 +53,7 @@ import threading
 import time
 from collections import deque
 from dataclasses import dataclass
-from typing import Awaitable, Callable, Mapping, Self, TextIO
+from typing import Any, Awaitable, Callable, Mapping, Self, TextIO
 
 import aiohttp
 from aiohttp import web
@@ -56,13 +61,15 @@ from aiohttp import web
 from routing.metrics import MetricsError, VllmMetrics, parse_metrics
 from routing.options import (OptionError, add_model_options, load_stack_model, named_url, port_number, positive_seconds,
                              routing_option, unique_named_urls, weights_option)
-from routing.picker.endpoint_picker import (DEFAULT_PICKER_VERSION, PICKER_VERSIONS, EndpointPicker, Picker,
-                                            PickerConfigError, PodMetrics, Request, RoundRobinPicker,
+from routing.live.kv_events import EventSubscriber, KvEventsError, rendered_token_ids, subscribe
+from routing.picker.endpoint_picker import (DEFAULT_PICKER_VERSION, PICKER_VERSIONS, EndpointPicker, Hashed, Picker,
+                                            PickerConfigError, PodMetrics, PrecisePlan, Request, RoundRobinPicker,
                                             with_default_weights)
+from routing.picker.precise import block_keys
 from routing.picker.estimate import API_PATHS
 from routing.simulation.latency import LatencyProfile, ProfileError
-from settings.picker_config import (EndpointPickerConfig, load_endpoint_picker_config,
-                                    render_sticky_picker_config)
+from settings.picker_config import (EndpointPickerConfig, PreciseIndex, load_endpoint_picker_config,
+                                    render_endpoint_picker_config, render_sticky_picker_config)
 
 SCRAPE_INTERVAL = 0.05
 STALENESS = 2.0
@@ -86,6 +93,11 @@ CACHED_TOKENS_PATHS = ("/v1/completions", "/v1/chat/completions")
 CACHED_TOKENS_HINT = ("serve: vLLM reports the cached prompt tokens only when started with "
                       "--enable-prompt-tokens-details (`python -m routing servers` starts it so), and in a stream only "
                       'when the client asks for usage (stream_options: {"include_usage": true})')
+# The APIs vLLM renders tokens for (the llm-d router's vllm token backend asks these), by path.
+RENDER_PATHS = {"/v1/completions": "/v1/completions/render", "/v1/chat/completions": "/v1/chat/completions/render",
+                "/v1/messages": "/v1/messages/render"}
+# upstream's token producer gives a render 5 s (tokenizer/vllm_http.go@v0.10.0).
+RENDER_TIMEOUT = 5.0
 NOT_PRODUCTION = ("Not a production gateway: no TLS, no auth, no retries, no flow control; it listens on "
                   "127.0.0.1 only and exists to reproduce the endpoint picker's routing on one machine.")
 
@@ -225,7 +237,8 @@ class RoutingGateway:
     """The aiohttp application: scrapes backends, picks one per inference request, proxies."""
 
     def __init__(self, backends: Mapping[str, str], picker: Picker, *, scrape_interval: float = SCRAPE_INTERVAL,
-                 staleness: float = STALENESS, label: str = "", request_log: TextIO | None = None):
+                 staleness: float = STALENESS, label: str = "", request_log: TextIO | None = None,
+                 kv_events: EventSubscriber | None = None):
         if not backends:
             raise ValueError("at least one backend is needed: pass --backend NAME=URL")
         self.backends = {name: Backend(name, url.rstrip("/")) for name, url in backends.items()}
@@ -242,6 +255,10 @@ class RoutingGateway:
         self._request_keys = itertools.count()
         self._session: aiohttp.ClientSession | None = None
         self._scrapers: list[asyncio.Task] = []
+        # The precise index's events, when the picker routes on them (it reads them at each pick).
+        self.kv_events = kv_events
+        if kv_events is not None:
+            picker.attach(kv_events.log)
 
     async def make_app(self) -> web.Application:
         """The application, created inside the event loop that will run it (aiohttp binds it there)."""
@@ -266,6 +283,8 @@ class RoutingGateway:
         await asyncio.gather(*self._scrapers, return_exceptions=True)
         if self._session is not None:
             await self._session.close()
+        if self.kv_events is not None:
+            self.kv_events.stop()
 
     async def _scrape_forever(self, backend: Backend) -> None:
         timeout = aiohttp.ClientTimeout(total=max(1.0, self.scrape_interval * 10))
@@ -328,9 +347,17 @@ class RoutingGateway:
         shows it idle (`Scrape.idle`): the next pick then sees what `predict` assumes."""
         return all(s is not None and s.started > after and s.idle for s in self.scrapes().values())
 
+    def index_view(self) -> dict[str, Any]:
+        """The precise index as the picker holds it: blocks per backend (by its events), the
+        BlockStored events dropped for an unknown parent, and each subscription's counts."""
+        index = self.picker.prefix_index
+        return {"prefixIndex": "precise", "blocksHeld": {name: index.blocks_held(name) for name in self.backends},
+                "droppedEvents": index.dropped_events, **self.kv_events.status()}
+
     def status(self) -> dict:
         now = time.monotonic()
-        return {
+        index = {"kvEvents": self.index_view()} if self.kv_events is not None else {}
+        return {**index,
             "status": "ok" if self.fresh_backends() else "no fresh backend",
             "picker": self.label,
             # The clock of the scrape times below (seconds, time.monotonic() of this process).
@@ -370,7 +397,12 @@ class RoutingGateway:
         if not fresh:
             return self._no_backend()
         key = next(self._request_keys)
-        decision = self.picker.pick(picker_request, [b.scrape.pod for b in fresh], key=key)
+        if self.kv_events is not None:
+            hashed = await self._engine_keys(body, request.path, fresh[0])
+            self.picker.advance(time.monotonic())
+            decision = self.picker.pick(picker_request, [b.scrape.pod for b in fresh], key=key, hashed=hashed)
+        else:
+            decision = self.picker.pick(picker_request, [b.scrape.pod for b in fresh], key=key)
         try:
             chosen = self.backends[decision.pod]
             chosen.routed += 1
@@ -378,12 +410,39 @@ class RoutingGateway:
                                               decision.totals))
             explained = None
             if request.headers.get(EXPLAIN_HEADER, "").strip().lower() in ("1", "true", "yes"):
-                explained = json.dumps(decision.breakdown().as_dict(), separators=(",", ":"))
+                breakdown = decision.breakdown().as_dict()
+                if self.kv_events is not None:
+                    view = self.index_view()
+                    breakdown["index"] = {"prefixIndex": "precise", "requestBlocks": decision.total_blocks,
+                                          "matchedBlocks": dict(decision.match_blocks),
+                                          "blocksHeld": view["blocksHeld"], "droppedEvents": view["droppedEvents"]}
+                explained = json.dumps(breakdown, separators=(",", ":"))
             return await self._proxy(request, chosen, raw, explained, key)
         finally:
             # EndOfStream, or the request failed or the client went away: the picker's in-flight
             # load lets go of whatever the request still holds.
             self.picker.finished(key)
+
+    async def _engine_keys(self, body: Mapping[str, Any], path: str, backend: Backend) -> Hashed:
+        """The request's block keys as the precise producer computes them: the tokens vLLM renders
+        for it (the token producer's vllm backend asks a model server's /render), cut into full
+        blocks and chained from the model's seed. A request vLLM cannot render gets no keys and
+        every pod a prefix score of 0, as upstream goes on without a tokenized prompt."""
+        block_size = self.kv_events.block_size
+        plan = PrecisePlan(block_size)
+        render = RENDER_PATHS.get(path)
+        if render is None:
+            return plan, ((), 0)
+        try:
+            async with self._session.post(backend.url + render, json=dict(body),
+                                          timeout=aiohttp.ClientTimeout(total=RENDER_TIMEOUT)) as response:
+                if response.status != 200:
+                    return plan, ((), 0)
+                prompts = rendered_token_ids(await response.json())
+        except (aiohttp.ClientError, asyncio.TimeoutError, ValueError, KeyError, TypeError):
+            return plan, ((), 0)
+        model = str(body.get("model", ""))
+        return plan, ([block_keys(tokens, model, block_size) for tokens in prompts], sum(map(len, prompts)))
 
     async def _proxy(self, request: web.Request, backend: Backend, raw: bytes,
                      explained: str | None = None, request_key: int | None = None) -> web.StreamResponse:
@@ -542,19 +601,24 @@ class RunningGateway(ThreadedApp):
 
 
 def make_picker(weights: Mapping[str, int] | None, *, round_robin: bool = False, seed: int | None = None,
-                config: EndpointPickerConfig | None = None,
-                picker_version: str = DEFAULT_PICKER_VERSION) -> tuple[Picker, str]:
+                config: EndpointPickerConfig | None = None, picker_version: str = DEFAULT_PICKER_VERSION,
+                precise: PreciseIndex | None = None) -> tuple[Picker, str]:
     """RoundRobinPicker, an EndpointPicker built from `config`, or one with `weights` laid over
-    the default profile; and the picker's label for /health and the log."""
+    the default profile (on the precise prefix index with `precise`); and the picker's label for
+    /health and the log."""
     if round_robin:
         return RoundRobinPicker(), "round-robin"
     version = f", picker {picker_version}"
+    if config is None and precise is not None:
+        config = load_endpoint_picker_config(render_endpoint_picker_config(with_default_weights(weights), precise))
     if config is not None:
         profile = config.scheduling_profiles[0]
         # Every plugin of the profile, in order (filters and the picker too), a scorer with its weight.
-        return EndpointPicker(config, seed=seed, picker_version=picker_version), "endpoint picker, config " + ",".join(
+        picker = EndpointPicker(config, seed=seed, picker_version=picker_version)
+        index = ", precise prefix index" if picker.reads_kv_events else ""
+        return picker, "endpoint picker, config " + ",".join(
             entry.plugin_ref if entry.weight is None else f"{entry.plugin_ref}={entry.weight:g}"
-            for entry in profile.plugins) + version
+            for entry in profile.plugins) + index + version
     weights = with_default_weights(weights)
     return EndpointPicker(weights, seed=seed, picker_version=picker_version), "endpoint picker, weights " + ",".join(
         f"{name}={value}" for name, value in weights.items()) + version
@@ -563,14 +627,46 @@ def make_picker(weights: Mapping[str, int] | None, *, round_robin: bool = False,
 def start_gateway(backends: Mapping[str, str], weights: Mapping[str, int] | None = None, *, round_robin: bool = False,
                   seed: int | None = None, port: int = 0, scrape_interval: float = SCRAPE_INTERVAL,
                   staleness: float = STALENESS, config: EndpointPickerConfig | None = None,
-                  picker_version: str = DEFAULT_PICKER_VERSION, request_log: TextIO | None = None) -> RunningGateway:
+                  picker_version: str = DEFAULT_PICKER_VERSION, request_log: TextIO | None = None,
+                  prefix_index: str = "approximate", speculative: bool = False) -> RunningGateway:
     """Start `serve` in this process (background thread); `.url`, `.gateway.history`, `.stop()`.
-    Each request's line goes to `request_log`, if given."""
-    picker, label = make_picker(weights, round_robin=round_robin, seed=seed, config=config,
-                                picker_version=picker_version)
+    Each request's line goes to `request_log`, if given. `prefix_index` precise: weights route
+    on the backends' KV-cache events (a `config` reading them subscribes too)."""
+    kv_events = subscribe(backends) if prefix_index == "precise" and not round_robin else None
+    try:
+        picker, label = make_picker(weights, round_robin=round_robin, seed=seed, config=config,
+                                    picker_version=picker_version,
+                                    precise=precise_index(kv_events, backends, speculative) if kv_events else None)
+        kv_events = _events_for(picker, backends, kv_events)
+    except BaseException:
+        if kv_events is not None:
+            kv_events.stop()
+        raise
     gateway = RoutingGateway(backends, picker, scrape_interval=scrape_interval, staleness=staleness, label=label,
-                             request_log=request_log)
+                             request_log=request_log, kv_events=kv_events)
     return RunningGateway(gateway, port).start()
+
+
+def precise_index(kv_events: EventSubscriber, backends: Mapping[str, str], speculative: bool) -> PreciseIndex:
+    """The precise index the backends' events key: their block size and model, the token
+    producer's vLLM the first backend."""
+    return PreciseIndex(kv_events.block_size, kv_events.model, next(iter(backends.values())), speculative)
+
+
+def _events_for(picker: Picker, backends: Mapping[str, str],
+                kv_events: EventSubscriber | None) -> EventSubscriber | None:
+    """The subscription a picker that reads KV-cache events needs (a config file's or a stack's
+    precise producer subscribes here), its block size checked against the backends'."""
+    if not getattr(picker, "reads_kv_events", False):
+        return kv_events
+    kv_events = kv_events or subscribe(backends)
+    producer_blocks = picker.hash_plan(kv_events.block_size).block_tokens
+    if producer_blocks != kv_events.block_size:
+        kv_events.stop()
+        raise KvEventsError(f"the picker's precise producer keys blocks of {producer_blocks} tokens "
+                            f"(tokenProcessorConfig.blockSizeTokens) and the backends cache blocks of "
+                            f"{kv_events.block_size}: no key would ever match; set them equal")
+    return kv_events
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
@@ -606,6 +702,14 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                         help=f"llm-d router release to model (default {DEFAULT_PICKER_VERSION}); before v0.9 the "
                              "prefix producer hashes characters instead of 4-byte pseudo-tokens")
     add_model_options(parser)
+    parser.add_argument("--prefix-index", choices=("approximate", "precise"), default="approximate",
+                        help="where the picker learns which backends hold a prompt's prefix: approximate, its record "
+                             "of where it sent each one (the default), or precise, the KV-cache events each vLLM "
+                             "server publishes (started with --kv-events-config, as `python -m routing servers` "
+                             "starts them)")
+    parser.add_argument("--speculative-indexing", action="store_true",
+                        help="with --prefix-index precise: each pick also enters the request's blocks for the chosen "
+                             "backend for 2 s, until its events arrive (upstream's speculativeIndexing)")
     parser.add_argument("--seed", type=int, help="seed for the picker's random tie-breaks (default: random)")
     parser.add_argument("--scrape-interval", type=positive_seconds, default=SCRAPE_INTERVAL,
                         help=f"seconds between /metrics scrapes (default {SCRAPE_INTERVAL:g}, the picker's)")
@@ -626,10 +730,16 @@ def run(args: argparse.Namespace) -> int:
         if args.latency_profile and (args.routing is None or args.routing[0] != "sticky"):
             raise OptionError(f"--latency-profile {args.latency_profile}: only --routing sticky reads it (its "
                               "peakPrefillThroughput); drop it")
+        if args.speculative_indexing and args.prefix_index != "precise":
+            raise OptionError("--speculative-indexing: speculative entries belong to the precise index; add "
+                              "--prefix-index precise")
+        if args.prefix_index == "precise" and (args.round_robin or args.stack or args.picker_config):
+            what = "--round-robin reads no index" if args.round_robin else (
+                "the picker configuration given decides its prefix producer (a precise-prefix-cache-producer in it "
+                "subscribes to the backends' events by itself)")
+            raise OptionError(f"--prefix-index precise: {what}; drop one of the two")
         if args.routing is not None:
             source = f"--routing {','.join([args.routing[0], *(f'{k}={v}' for k, v in args.routing[1].items())])}"
-            if args.routing[0] == "sticky":
-                document = sticky_config(args.routing[1], args.latency_profile)
         backends = unique_named_urls("--backend", args.backend)
         found = load_stack_model(args.stack, args.model, args.stacks_dir)
         if found is not None:
@@ -639,8 +749,13 @@ def run(args: argparse.Namespace) -> int:
     except (OptionError, ProfileError) as error:
         print(f"serve: {error}", file=sys.stderr)
         return 2
-    config = None
+    config = kv_events = None
     try:
+        if args.prefix_index == "precise":
+            kv_events = subscribe(backends)
+        precise = precise_index(kv_events, backends, args.speculative_indexing) if kv_events else None
+        if args.routing is not None and args.routing[0] == "sticky":
+            document = sticky_config(args.routing[1], args.latency_profile, precise)
         if args.picker_config:
             source = f"--picker-config {args.picker_config}"
             document = _read_text(args.picker_config)
@@ -649,25 +764,36 @@ def run(args: argparse.Namespace) -> int:
             for warning in config.warnings:
                 print(f"serve: {source}: warning: {warning}", file=sys.stderr)
         picker, label = make_picker(weights, round_robin=args.round_robin, seed=args.seed, config=config,
-                                    picker_version=args.picker_version)
-    except (PickerConfigError, OptionError) as error:
+                                    picker_version=args.picker_version, precise=precise)
+        kv_events = _events_for(picker, backends, kv_events)
+    except (PickerConfigError, OptionError, ProfileError, KvEventsError) as error:
+        if kv_events is not None:
+            kv_events.stop()
         print(f"serve: {source}: {error}", file=sys.stderr)
         return 2
     try:
         listener = _listen(args.port)
     except OptionError as error:
+        if kv_events is not None:
+            kv_events.stop()
         print(f"serve: {error}", file=sys.stderr)
         return 2
     gateway = RoutingGateway(backends, picker, scrape_interval=args.scrape_interval, staleness=args.staleness,
-                             label=label, request_log=None if args.quiet else sys.stdout)
+                             label=label, request_log=None if args.quiet else sys.stdout, kv_events=kv_events)
     print(f"serve: {label}; backends {', '.join(f'{n}={u}' for n, u in backends.items())}", flush=True)
+    if kv_events is not None:
+        print("serve: precise prefix index: subscribed to " + ", ".join(
+            f"{source.backend} {source.endpoint} ({source.topic})" for source in kv_events.sources)
+              + f"; blocks of {kv_events.block_size} tokens; GET /health shows what it holds", flush=True)
     print(f"serve: listening on http://127.0.0.1:{args.port} (Ctrl-C to stop). {NOT_PRODUCTION}", flush=True)
     web.run_app(gateway.make_app(), sock=listener, print=None, access_log=None)
     return 0
 
 
-def sticky_config(parameters: dict[str, int | float], profile_path: str | None) -> dict:
-    """The sticky recipe's EndpointPickerConfig, peakPrefillThroughput from the profile when unset."""
+def sticky_config(parameters: dict[str, int | float], profile_path: str | None,
+                  precise: PreciseIndex | None = None) -> dict:
+    """The sticky recipe's EndpointPickerConfig, peakPrefillThroughput from the profile when unset
+    (on the precise index with `precise`)."""
     if profile_path and "peakPrefillThroughput" not in parameters:
         peak = LatencyProfile.load(profile_path).peak_prefill
         if peak is None:
@@ -675,7 +801,7 @@ def sticky_config(parameters: dict[str, int | float], profile_path: str | None) 
                               "measures it since the sticky recipe came); calibrate again, or set "
                               "--routing sticky,peakPrefillThroughput=N")
         parameters = {**parameters, "peakPrefillThroughput": round(peak.tokens_per_s)}
-    return render_sticky_picker_config(parameters)
+    return render_sticky_picker_config(parameters, precise)
 
 
 def _listen(port: int) -> socket.socket:

@@ -847,9 +847,9 @@ def workload_arrivals(workload: str, model_id: str | None) -> list[Arrival]:
     restarts = load_pod_restarts(workload)
     if restarts:
         lines = ", ".join(f"line {restart.line} at {restart.at:g}s" for restart in restarts)
-        raise WorkloadError(f'workload {workload}: {{"at", "restart": "pod"}} lines restart pods ({lines}), which '
-                            "verify does not do to a live pool mid-run. Remove those lines; `python -m routing "
-                            "predict` replays them")
+        raise WorkloadError(f'workload {workload}: {{"at", "restart": "pod"}} and {{"at", "reset": "prefix-cache"}} '
+                            f"lines restart pods or empty their caches ({lines}), which verify does not do to a live "
+                            "pool mid-run. Remove those lines; `python -m routing predict` replays them")
     return arrivals
 
 

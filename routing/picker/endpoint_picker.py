@@ -932,8 +932,9 @@ class EndpointPicker:
                        for pod in sorted(load.requests.keys() | load.tokens.keys())}
                 for name, load in self._loads.items()}
 
-    def pick(self, request: Request, pods: Sequence[PodMetrics], *, key: Hashable | None = None) -> Decision:
-        return self._pick(request, pods, None, key, True)
+    def pick(self, request: Request, pods: Sequence[PodMetrics], *, key: Hashable | None = None,
+             hashed: Hashed | None = None) -> Decision:
+        return self._pick(request, pods, hashed, key, True)
 
     def choose(self, request: Request, pods: Sequence[PodMetrics],
                hashed: Hashed | None = None, *, key: Hashable | None = None) -> str:

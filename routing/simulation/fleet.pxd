@@ -36,7 +36,7 @@ cdef class _LoadReplay:
     cpdef check_stale(self, picker, Py_ssize_t index)
     cpdef took_events(self, Py_ssize_t engine_index, list events)
     cpdef publish_events(self, Py_ssize_t engine_index, double now)
-    cpdef restart_pod(self, Py_ssize_t engine_index, double now)
+    cpdef restart_pod(self, Py_ssize_t engine_index, double now, bint reset)
     cpdef on_first_token(self, EngineRequest seq, double now)
     cpdef on_finish(self, EngineRequest seq, double now)
     @cython.locals(duration=double)

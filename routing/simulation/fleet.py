@@ -424,7 +424,7 @@ def simulate_under_load(prepared: Prepared, plan: LoadPlan, fleet: Fleet, *, see
 
 
 # A replay's events, by kind. At equal times the event made first runs first.
-_SEND, _ARRIVE, _STEP_END, _WEIGHTS, _PICK, _POD_RESTART = 0, 1, 2, 3, 4, 5
+_SEND, _ARRIVE, _STEP_END, _WEIGHTS, _PICK, _POD_RESTART, _CACHE_RESET = 0, 1, 2, 3, 4, 5, 6
 
 
 class EventQueue:
@@ -516,8 +516,8 @@ class _LoadReplay:
         if fleet.repick is not None:
             self.planned += [(change.at, self.events.next_order(), _WEIGHTS, number)
                              for number, change in enumerate(plan.weight_changes)]
-        self.planned += [(restart.at, self.events.next_order(), _POD_RESTART, restart.pod)
-                         for restart in plan.pod_restarts]
+        self.planned += [(restart.at, self.events.next_order(), _CACHE_RESET if restart.reset else _POD_RESTART,
+                          restart.pod) for restart in plan.pod_restarts]
         # Precise pickers read the engines' KV-cache events, published when each step ends; an
         # approximate one's stale picks are told by them too.
         self.kv_log = KvEventLog()
@@ -745,12 +745,22 @@ class _LoadReplay:
         else:
             events.clear()
 
-    def restart_pod(self, engine_index: int, now: float) -> None:
-        """The pod's cache emptied (its restart, or vLLM's /reset_prefix_cache): its AllBlocksCleared
-        goes out at once, as vLLM publishes it from the reset."""
-        self.engines[engine_index].pool.reset()
-        if self.records_events:
-            self.publish_events(engine_index, now)
+    def restart_pod(self, engine_index: int, now: float, reset: bool) -> None:
+        """The pod's cache emptied. `reset` (vLLM's /reset_prefix_cache): vLLM queues the
+        AllBlocksCleared and publishes it with the events of its next step (seen on vLLM 0.32: an
+        idle pod's reset reaches the picker when the pod next serves). A restart: the new vLLM
+        publishes nothing of it, and the precise producer clears the pod when its endpoint leaves
+        the pool (extractor.go@v0.10.0), taken here as at once. The model keeps the requests the
+        pod was running; a real restart fails them. What the pod holds, for stale picks, changes now."""
+        engine = self.engines[engine_index]
+        engine.pool.reset()
+        if not reset and self.records_events:
+            engine.pool.events.pop()  # no AllBlocksCleared from a new process
+            if self.reads_events:
+                self.kv_log.publish(engine.name, now, [(CLEARED, (), None)])
+        if self.count_stale:
+            self.gone[engine_index].update(self.held[engine_index])
+            self.held[engine_index].clear()
 
     def arrived(self, index: int, now: float) -> None:
         engine_index = self.by_name[self.placements[index]]
@@ -829,8 +839,8 @@ class _LoadReplay:
                 self.pick(payload, now)
             elif kind == _SEND:
                 self.sent_as_planned(payload, now)
-            elif kind == _POD_RESTART:
-                self.restart_pod(payload, now)
+            elif kind == _POD_RESTART or kind == _CACHE_RESET:
+                self.restart_pod(payload, now, kind == _CACHE_RESET)
             else:
                 self.pickers[:] = self.fleet.repick(plan.weight_changes[payload].weights, payload)
                 self.counts_load = [hasattr(picker, "finished") for picker in self.pickers]

@@ -40,7 +40,7 @@ from routing.tables import percent
 from routing.workloads import (BUILTIN_WORKLOADS as BUILTIN, DEFAULT_OUTPUT_TOKENS, Arrival, PodRestart,
                                WeightChange, WorkloadError, load_arrivals, load_pod_restarts, load_weight_changes)
 from settings import MODELLED_VLLM_VERSION, lru_conflict, other_vllm_release
-from settings.model import DEFAULT_PREFIX_INDEX, PREFIX_INDEXES
+from settings.model import DEFAULT_PRECISE_BLOCK_SIZE, DEFAULT_PREFIX_INDEX, PREFIX_INDEXES
 from settings.picker_config import (STICKY_PARAMETERS, EndpointPickerConfig, PreciseIndex,
                                     load_endpoint_picker_config, render_sticky_picker_config)
 
@@ -165,6 +165,10 @@ class _Target:
     prefix_index: str = DEFAULT_PREFIX_INDEX
     stack_precise: PreciseIndex | None = None
     precise: PreciseIndex | None = None
+    # vLLM's block size and KV blocks per pod for this target (the precise index sets vLLM's
+    # block size, so what runs and what is proposed may differ); 0: the setup's.
+    block_size: int = 0
+    capacity_blocks: int = 0
 
 
 def _target(args: argparse.Namespace) -> _Target:
@@ -337,10 +341,12 @@ class _Setup:
                 target: _Target | None = None) -> Prediction:
         """A prediction of `target` (default: the setup's) with `weights` or `picker_config`."""
         target = target or self.target
-        baseline_key = (seed, target.replicas)
+        block_size = target.block_size or self.block_size
+        baseline_key = (seed, target.replicas, block_size)
         prediction = run_prediction(self.requests, weights=weights, replicas=target.replicas,
-                                    pod_prefix=target.pod_prefix, block_size=self.block_size,
-                                    capacity_blocks=self.capacity_blocks, tokenizer=self.tokenizer, seed=seed,
+                                    pod_prefix=target.pod_prefix, block_size=block_size,
+                                    capacity_blocks=target.capacity_blocks or self.capacity_blocks,
+                                    tokenizer=self.tokenizer, seed=seed,
                                     load=self.load(args, seed), latency=self.latency, limits=self.limits,
                                     picker_replicas=self.picker_replicas, explain=explain,
                                     picker_config=picker_config or target.picker_config,
@@ -354,12 +360,16 @@ class _Setup:
         return self.predict(args, self.deployed.weights, seed, target=self.deployed)
 
 
-def _deployed_target(args: argparse.Namespace, profile: LatencyProfile | None, block_size: int) -> _Target:
-    """What runs today: the stack's model as its file configures it (no --weights, --routing or
-    --replicas), or with --pods the picker's default weights on as many pods."""
+def _deployed_target(args: argparse.Namespace, profile: LatencyProfile | None) -> _Target:
+    """What runs today: the stack's model as its file configures it (no --weights, --routing,
+    --replicas or --prefix-index), or with --pods the picker's default weights on as many pods;
+    with the block size and KV blocks it runs vLLM with."""
     unchanged = argparse.Namespace(**{**vars(args), "weights": None, "routing": None, "replicas": None,
                                       "prefix_index": None, "speculative_indexing": False})
-    deployed = _with_precise(_target(unchanged), block_size)
+    deployed = _target(unchanged)
+    block_size = _block_size(args, deployed, profile)
+    deployed = dataclasses.replace(_with_precise(deployed, block_size), block_size=block_size,
+                                   capacity_blocks=args.capacity_blocks or _capacity_blocks(profile, block_size))
     if deployed.sticky is not None:
         deployed = _sticky_picker(deployed, profile, [])
     return deployed
@@ -374,13 +384,26 @@ def _with_precise(target: _Target, block_size: int) -> _Target:
     return dataclasses.replace(target, precise=precise)
 
 
+def _capacity_blocks(profile: LatencyProfile | None, block_size: int) -> int:
+    """KV blocks per pod when --capacity-blocks is not given: the profile's, else the default, each
+    as the same KV memory cut into blocks of `block_size` (a larger block means fewer blocks)."""
+    blocks, size = ((profile.num_gpu_blocks, profile.block_size) if profile and profile.num_gpu_blocks
+                    else (DEFAULT_CAPACITY_BLOCKS, DEFAULT_BLOCK_SIZE))
+    return max(1, blocks * (size or block_size) // block_size)
+
+
 def _block_size(args: argparse.Namespace, target: _Target, profile: LatencyProfile | None) -> int:
-    """vLLM's block size: --block-size; under the stack's precise index the block size it gives
-    vLLM; else the profile's, else the GPU default."""
+    """vLLM's block size: --block-size; under the precise index the block size the stack gives
+    vLLM (its routing.blockSize, or the default one switching to precise would set); else the
+    profile's, else vLLM's GPU default."""
     if args.block_size:
         return args.block_size
-    if target.prefix_index == "precise" and target.stack_precise is not None:
-        return target.stack_precise.block_size_tokens
+    if target.prefix_index == "precise":
+        if target.stack_precise is not None:
+            return target.stack_precise.block_size_tokens
+        if args.stack is not None:
+            return DEFAULT_PRECISE_BLOCK_SIZE
+        return (profile and profile.block_size) or DEFAULT_PRECISE_BLOCK_SIZE
     return (profile and profile.block_size) or DEFAULT_BLOCK_SIZE
 
 
@@ -406,7 +429,7 @@ def _setup(args: argparse.Namespace) -> _Setup:
         notes.append(f"latency from {args.latency_profile} ({profile.source or 'calibrated'})")
     limits = EngineLimits(args.max_num_seqs or limits.max_num_seqs,
                           args.max_num_batched_tokens or limits.max_num_batched_tokens)
-    capacity = args.capacity_blocks or (profile and profile.num_gpu_blocks) or DEFAULT_CAPACITY_BLOCKS
+    capacity = args.capacity_blocks or _capacity_blocks(profile, block_size)
     replicas = args.picker_replicas or target.picker_replicas
     in_time = replays_in_time(arrivals, rate=args.rate, concurrency=args.concurrency)
     unknown = sum(1 for arrival in arrivals if arrival.length_unknown)
@@ -426,11 +449,12 @@ def _setup(args: argparse.Namespace) -> _Setup:
         notes.append(f"{change.describe}: fresh picker indexes (the precise one reads only later events: no "
                      "replay), the servers' caches stay warm")
     for restart in restarts:
-        notes.append(f"at {restart.at:g}s pod {target.pod_prefix}-{restart.pod} restarts: its cache is emptied")
+        notes.append(restart.describe(f"pod {target.pod_prefix}-{restart.pod}") + ": its cache is emptied" + (
+            ", which it reports with its next step's events" if restart.reset else ""))
     if replicas > 1:
         notes.append(f"{replicas} picker replicas: each request goes to one at random, each has its own prefix index "
                      "(if only an elected leader takes traffic, use --picker-replicas 1)")
-    deployed = _deployed_target(args, profile, block_size) if args.sweep or args.compare else None
+    deployed = _deployed_target(args, profile) if args.sweep or args.compare else None
     return _Setup(target, arrivals, tuple(arrival.request for arrival in arrivals), tokenizer, block_size, capacity,
                   latency, limits, replicas, tuple(notes), changes, restarts, deployed)
 
@@ -484,9 +508,13 @@ def run(args: argparse.Namespace) -> int:
             print(f"predict: {note}", file=sys.stderr)
         return 0
     if deployed:
-        print(format_comparison(deployed, predictions, deployed_label=_deployed_text(args, setup.deployed),
-                                proposed_label=_proposed_text(args, setup.target), notes=notes,
-                                workload=f"{args.workload} ({len(setup.requests)} requests)"))
+        deployed_label, proposed_label = _deployed_text(args, setup.deployed), _proposed_text(args, setup.target)
+        if setup.deployed.block_size != setup.block_size:
+            # The precise index sets vLLM's block size: say so, as it moves the hit rate on its own.
+            deployed_label += f"; vLLM blocks of {setup.deployed.block_size} tokens"
+            proposed_label += f"; vLLM blocks of {setup.block_size} tokens"
+        print(format_comparison(deployed, predictions, deployed_label=deployed_label, proposed_label=proposed_label,
+                                notes=notes, workload=f"{args.workload} ({len(setup.requests)} requests)"))
         return 0
     print(format_prediction(first, target=setup.target, workload=args.workload, requests=len(setup.requests),
                             block_size=setup.block_size, notes=notes,
@@ -743,7 +771,7 @@ def _index_text(target: _Target, event_delay: float) -> str:
 
 def restart_moments(setup: _Setup) -> list[tuple[float, str]]:
     moments = [(change.at, change.describe) for change in setup.weight_changes]
-    moments += [(restart.at, f"at {restart.at:g}s pod {setup.target.pod_prefix}-{restart.pod} restarts")
+    moments += [(restart.at, restart.describe(f"pod {setup.target.pod_prefix}-{restart.pod}"))
                 for restart in setup.pod_restarts]
     return sorted(moments)
 

@@ -4,6 +4,7 @@ picker and in the simulation, against the approximate index on the same traffic.
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -278,3 +279,49 @@ def test_predict_prints_stale_picks_and_the_restart_dip(tmp_path, capsys):
     result = json.loads(out)
     assert result["prefixIndex"] == "precise" and "stalePicks" not in result
     assert [moment["at"] for moment in result["restarts"]] == [15.0, 15.0]
+
+
+def test_compare_sets_the_precise_index_beside_the_stacks_own_at_the_block_size_each_runs_vllm_with(capsys):
+    from test_predict import run_cli
+
+    code, out, _ = run_cli("--stack", "eks", "--model", "qwen-small", "--compare", "--prefix-index", "precise",
+                           "--workload", "examples/trace.jsonl", "--concurrency", "8", "--seed", "1", capsys=capsys)
+    assert code == 0
+    assert ("deployed: weights queue=2 kvCache=2 prefix=3, approximate prefix index, 2 pods (stack eks as its file "
+            "sets it); vLLM blocks of 16 tokens") in out
+    assert "proposed: weights queue=2 kvCache=2 prefix=3, precise prefix index, 2 pods (--prefix-index precise); " \
+           "vLLM blocks of 64 tokens" in out
+
+
+def test_a_stack_that_runs_precise_is_predicted_precise_by_default(tmp_path, capsys):
+    from test_predict import run_cli
+
+    stacks = tmp_path / "stacks"
+    stacks.mkdir()
+    text = (Path(__file__).parents[2] / "stacks" / "Pulumi.eks.yaml").read_text()
+    (stacks / "Pulumi.eks.yaml").write_text(text.replace("config:\n", "config:\n  inference-gateway:routing:\n"
+                                                                      "    prefixIndex: precise\n", 1))
+    code, out, err = run_cli("--stack", "eks", "--model", "qwen-small", "--stacks-dir", str(stacks), "--seed", "1",
+                             capsys=capsys)
+    assert code == 0, err
+    assert "prefix index precise (each pod's KV-cache events, blocks of 64 tokens" in out
+    code, _, err = run_cli("--stack", "eks", "--model", "qwen-small", "--stacks-dir", str(stacks),
+                           "--speculative-indexing", capsys=capsys)
+    assert code == 2 and "sets them itself (routing.speculativeIndexing)" in err
+
+
+@pytest.mark.parametrize("reset, still_credited", [(True, True), (False, False)])
+def test_an_idle_pods_cache_reset_reaches_the_precise_index_with_its_next_step_and_a_restart_at_once(
+        reset, still_credited):
+    """vLLM queues AllBlocksCleared and publishes it with its next step's events (seen on vLLM
+    0.32), so a reset pod that serves nothing stays credited; a restarted pod's endpoint leaves
+    the pool and the precise producer clears it at once."""
+    arrivals = timed([(0.0, PREFIX + "first"), (2.0, PREFIX + "second")])
+    restarts = tuple(PodRestart(1.0, pod, pod, reset=reset) for pod in (0, 1))
+    plan = plan_load(arrivals, seed=1, pod_restarts=restarts)
+    prediction = run_prediction([arrival.request for arrival in arrivals], replicas=2, block_size=BLOCK,
+                                capacity_blocks=400, seed=1, load=Load(plan, (4, 4)), explain=1,
+                                precise=PreciseIndex(BLOCK, MODEL, "http://vllm"))
+    first = prediction.picker.placements[0]
+    credited = prediction.picker.explained.decision.match_blocks[first]
+    assert (credited > 0) is still_credited

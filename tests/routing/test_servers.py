@@ -104,9 +104,11 @@ def test_it_prints_the_urls_the_model_name_and_commands_the_real_parsers_take(la
     assert "  the model's replies are gibberish by design: its weights are random" in out
 
     parsed = [cli.build_parser().parse_args(argv[3:]) for argv in printed_commands(out)]
-    assert [args.command for args in parsed] == ["serve", "verify", "predict", "calibrate", "predict"]
-    serve, verify, predict_batch, calibrate, predict_load = parsed
-    assert dict(serve.backend) == urls
+    assert [args.command for args in parsed] == ["serve", "serve", "verify", "predict", "calibrate", "predict"]
+    serve, precise, verify, predict_batch, calibrate, predict_load = parsed
+    assert dict(serve.backend) == dict(precise.backend) == urls
+    assert (serve.prefix_index, precise.prefix_index) == ("approximate", "precise")
+    assert "its events published on ipc://" in out
     gateway = f"http://127.0.0.1:{serve.port}"
     assert dict(verify.pod_url) == urls and verify.gateway_url == gateway and verify.model_id == "tiny"
     assert verify.reset_caches  # run again, it compares with predict's empty caches all the same

@@ -522,7 +522,8 @@ def test_pod_restarts_are_refused_by_line_before_anything_is_sent(pods, gateway_
     gateway = gateway_factory(pods, lambda n: "pod-a")
     assert cli.main(verify_args(pods, gateway, "--workload", str(workload))) == 2
     err = capsys.readouterr().err
-    assert err.startswith(f'verify: workload {workload}: {{"at", "restart": "pod"}} lines restart pods (line 2 at 1s)')
+    assert err.startswith(f'verify: workload {workload}: {{"at", "restart": "pod"}} and {{"at", "reset": '
+                          '"prefix-cache"} lines restart pods or empty their caches (line 2 at 1s)')
     assert pods["pod-a"].bodies == [] and pods["pod-b"].bodies == []
 
 
