@@ -37,6 +37,7 @@ cdef class Engine:
     cpdef bint _admit(self, EngineRequest seq, Py_ssize_t budget)
     @cython.locals(full=Py_ssize_t, start=Py_ssize_t)
     cpdef _cache_full_blocks(self, EngineRequest seq, Py_ssize_t tokens)
+    cpdef reset_prefix_cache(self)
     cpdef _preempt(self, EngineRequest seq)
     @cython.locals(done=bint, seq=EngineRequest, computed=Py_ssize_t, generated=Py_ssize_t, waiting=Py_ssize_t,
                    running=Py_ssize_t, usage=double)

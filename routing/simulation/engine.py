@@ -412,6 +412,14 @@ class Engine:
         self.pool.cache_prefix(seq.blocks, seq.keys, start, full)
         seq.cached_blocks = full
 
+    def reset_prefix_cache(self) -> None:
+        """vLLM's reset_prefix_cache(reset_running_requests=True), between two steps: the running
+        requests are preempted (they wait again, and recompute), then no block stays cached."""
+        running = self.running
+        while running:
+            self._preempt(running.pop())
+        self.pool.reset()
+
     def _preempt(self, seq: EngineRequest) -> None:
         self.pool.release(seq.blocks)
         seq.blocks = []

@@ -510,6 +510,7 @@ class _LoadReplay:
         # and step ends).
         self.events = _EVENTS()
         self.stepping = [False] * len(engines)
+        self.pending_resets = [0] * len(engines)  # per engine: a reset (1) or restart (2) due when its step ends
         self.pickers = list(fleet.pickers)
         self.counts_load = [hasattr(picker, "finished") for picker in self.pickers]
         self.planned: list[tuple[float, int, int, int]] = []
@@ -733,7 +734,10 @@ class _LoadReplay:
                     kv_usage=published.kv_usage, block_size=self.prepared.block_size,
                     num_gpu_blocks=self.fleet.num_gpu_blocks)
             self.scrapes[engine_index].publish(now, metrics)
-        if engine.busy:
+        if self.pending_resets[engine_index]:
+            reset, self.pending_resets[engine_index] = self.pending_resets[engine_index] == 1, 0
+            self.restart_pod(engine_index, now, reset)  # it starts the next step, if there is work
+        elif engine.busy:
             self.start_step(engine_index, now)
 
     def publish_events(self, engine_index: int, now: float) -> None:
@@ -746,14 +750,22 @@ class _LoadReplay:
             events.clear()
 
     def restart_pod(self, engine_index: int, now: float, reset: bool) -> None:
-        """The pod's cache emptied. `reset` (vLLM's /reset_prefix_cache): vLLM queues the
+        """The pod's cache emptied, between two of its steps (a step under way ends first: vLLM's
+        engine core takes the reset between steps). `reset` (vLLM's /reset_prefix_cache with
+        reset_running_requests): its running requests wait again and recompute; vLLM queues the
         AllBlocksCleared and publishes it with the events of its next step (seen on vLLM 0.32: an
-        idle pod's reset reaches the picker when the pod next serves). A restart: the new vLLM
-        publishes nothing of it, and the precise producer clears the pod when its endpoint leaves
-        the pool (extractor.go@v0.10.0), taken here as at once. The model keeps the requests the
-        pod was running; a real restart fails them. What the pod holds, for stale picks, changes now."""
+        idle pod's reset reaches the picker when the pod next serves). A restart: modelled as that
+        reset (a real restart fails the running requests instead), but the new vLLM publishes
+        nothing of it, and the precise producer clears the pod when its endpoint leaves the pool
+        (extractor.go@v0.10.0), taken here as at once. What the pod holds, for stale picks,
+        changes now."""
+        if self.stepping[engine_index]:
+            self.pending_resets[engine_index] = 1 if reset else 2
+            return
         engine = self.engines[engine_index]
-        engine.pool.reset()
+        engine.reset_prefix_cache()
+        if engine.busy:
+            self.start_step(engine_index, now)
         if not reset and self.records_events:
             engine.pool.events.pop()  # no AllBlocksCleared from a new process
             if self.reads_events:
