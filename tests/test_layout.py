@@ -162,3 +162,12 @@ def test_nothing_in_the_toolkit_or_settings_imports_pulumi():
                      else [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
             offenders += [f"{name}: {imported}" for imported in names if imported.split(".")[0].startswith("pulumi")]
     assert offenders == []
+
+
+def test_no_two_test_modules_share_a_basename():
+    # pytest's default import mode imports test files without __init__.py by basename, so a
+    # second test_x.py in another folder stops the whole collection.
+    seen: dict[str, list[str]] = {}
+    for path in (ROOT / "tests").rglob("test_*.py"):
+        seen.setdefault(path.name, []).append(str(path.relative_to(ROOT)))
+    assert {name: paths for name, paths in seen.items() if len(paths) > 1} == {}

@@ -1,6 +1,6 @@
 """serve's side of the precise index: event maps in vLLM 0.32's wire form (kv_events.py's
 BlockStored, BlockRemoved, AllBlocksCleared) translated to the router's keys as the llm-d
-router's pool does, and the feed the picker drains. tests/e2e/test_precise_routing.py runs the
+router's pool does, and the feed the picker drains. tests/e2e/test_precise_routing_on_real_vllm.py runs the
 same path on real vLLM servers' events."""
 
 from __future__ import annotations
