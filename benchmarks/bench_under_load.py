@@ -31,25 +31,19 @@ import argparse
 import sys
 import time
 
-from benchmarks.underload import (Experiment, add_pair_options, benchmark_pair, calibrate_pair, compare, format_rows,
-                                  ranking, target_tallies)
-from routing.lab.vllm_server import DEFAULT_START_TIMEOUT, StepError, VllmUnavailable, resolve_vllm_python
+from benchmarks.underload import (Experiment, add_pair_options, add_run_options, benchmark_pair, calibrate_pair,
+                                  compare, format_rows, parse_run_options, ranking, target_tallies)
+from routing.lab.vllm_server import StepError, VllmUnavailable, resolve_vllm_python
 from routing.simulation.latency import LatencyProfile
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_pair_options(parser)
-    parser.add_argument("--runs", type=int, help="measured runs per workload and setting (default: 9 for "
-                                                  "multi-turn chat, 6 for cache pressure, 3 for multi-tenant)")
-    parser.add_argument("--seeds", type=int, default=20, help="predicted runs (seeds) per workload and setting")
-    parser.add_argument("--only", action="append", help="run only this workload (repeatable)")
+    add_run_options(parser, "9 for multi-turn chat, 6 for cache pressure, 3 for multi-tenant")
     parser.add_argument("--calibrate-once", action="store_true",
                         help="calibrate once at the start instead of before each workload")
-    parser.add_argument("--start-timeout", type=float, default=DEFAULT_START_TIMEOUT)
-    args = parser.parse_args(argv)
-    if (args.runs is not None and args.runs < 1) or args.seeds < 1:
-        parser.error("--runs and --seeds must be at least 1")
+    args = parse_run_options(parser, argv)
     try:
         python = resolve_vllm_python(args.vllm_python)
     except VllmUnavailable as error:

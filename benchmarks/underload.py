@@ -35,12 +35,13 @@ from routing.live.serve import ROUTED_HEADER
 from routing.live.verify import UrlPods
 from routing.metrics import DeltaReport, diff_reads
 from routing.picker.endpoint_picker import Request
-from routing.simulation.fleet import Prepared, prepare, replay_recorded
+from routing.simulation.fleet import Prepared, StalePicks, prepare, replay_recorded
 from routing.simulation.latency import DEFAULT_LIMITS, LatencyModel, LatencyProfile, percentile
 from routing.simulation.load_plan import plan_load
 from routing.simulation.prediction import Load, Prediction, run_prediction
-from routing.workloads import Arrival
-from settings.picker_config import EndpointPickerConfig, load_endpoint_picker_config, render_sticky_picker_config
+from routing.workloads import Arrival, PodRestart
+from settings.picker_config import (EndpointPickerConfig, PreciseIndex, load_endpoint_picker_config,
+                                    render_sticky_picker_config)
 
 NO_PREFIX = {"prefix": 0, "queue": 3, "kvCache": 2}
 
@@ -56,6 +57,8 @@ class Setting(NamedTuple):
     sticky: bool = False
     # False: the sticky recipe at upstream's 15,928 tokens/s, which the benchmark only predicts.
     calibrated: bool = True
+    # The precise prefix index: routed on the servers' KV-cache events.
+    precise: bool = False
 
     def sticky_parameters(self, profile: LatencyProfile | None) -> dict[str, int]:
         peak = profile.peak_prefill if profile is not None and self.calibrated else None
@@ -64,12 +67,21 @@ class Setting(NamedTuple):
     def serve_args(self, profile: LatencyProfile | None) -> list[str]:
         if self.round_robin:
             return ["--round-robin"]
+        if self.precise:
+            return ["--prefix-index", "precise", *self._picker_args()]
+        return self._picker_args(profile)
+
+    def _picker_args(self, profile: LatencyProfile | None = None) -> list[str]:
         if self.sticky:
             return ["--routing", ",".join(["sticky", *(f"{name}={value}" for name, value
                                                         in self.sticky_parameters(profile).items())])]
         if self.weights:
             return ["--weights", ",".join(f"{name}={value}" for name, value in self.weights.items())]
         return []
+
+    def precise_index(self, pair: VllmPair) -> PreciseIndex | None:
+        """The precise index `serve --prefix-index precise` runs on the pair: its block size and model."""
+        return PreciseIndex(pair.block_size, pair.tokenizer.model, pair.servers[0].url) if self.precise else None
 
     def picker_config(self, profile: LatencyProfile | None) -> EndpointPickerConfig | None:
         if not self.sticky:
@@ -151,6 +163,7 @@ class Experiment:
     arrivals: tuple[Arrival, ...]
     concurrency: int
     runs: int = 3  # measured runs per setting unless the caller says otherwise
+    resets: tuple[PodRestart, ...] = ()  # servers' prefix caches reset during each run (bench_precise)
 
 
 def experiments(model: str, seed: int = 1) -> tuple[Experiment, ...]:
@@ -345,6 +358,8 @@ class Run:
     # workload ran, and those the hypervisor took (CpuTakers.describe): the CPU the engines'
     # two cores gave to something else.
     cpu_takers: str = ""
+    # Predicted runs of an approximate index, when counted: its stale picks.
+    stale: StalePicks | None = None
 
 
 @dataclass(frozen=True)
@@ -416,6 +431,23 @@ def add_pair_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--vllm-python", help="python of the vLLM venv (default: $VLLM_PYTHON, else .venv-vllm)")
     parser.add_argument("--work-dir", type=Path, default=REPO_ROOT / "build" / "under-load",
                         help="where the tiny model and the server logs go")
+
+
+def add_run_options(parser: argparse.ArgumentParser, runs_help: str) -> None:
+    """The options of a benchmark that compares measured and predicted runs: --runs (`runs_help`
+    says its default), --seeds, --only and --start-timeout."""
+    parser.add_argument("--runs", type=int, help=f"measured runs per workload and setting (default: {runs_help})")
+    parser.add_argument("--seeds", type=int, default=20, help="predicted runs (seeds) per workload and setting")
+    parser.add_argument("--only", action="append", help="run only this workload (repeatable)")
+    parser.add_argument("--start-timeout", type=float, default=DEFAULT_START_TIMEOUT)
+
+
+def parse_run_options(parser: argparse.ArgumentParser, argv: list[str] | None) -> argparse.Namespace:
+    """`parser`'s arguments, --runs and --seeds checked."""
+    args = parser.parse_args(argv)
+    if (args.runs is not None and args.runs < 1) or args.seeds < 1:
+        parser.error("--runs and --seeds must be at least 1")
+    return args
 
 
 @contextmanager
@@ -552,17 +584,20 @@ def replayed_ttft_p50(pair: VllmPair, profile: LatencyProfile, prepared: Prepare
 
 
 def predict_runs(pair: VllmPair, profile: LatencyProfile, experiment: Experiment, tokenizer: ServerCountedTokenizer,
-                 setting: Setting, seeds: Sequence[int], send_spacing: float = 0.0) -> list[Run]:
+                 setting: Setting, seeds: Sequence[int], send_spacing: float = 0.0,
+                 count_stale: bool = False) -> list[Run]:
     runs = []
     for seed in seeds:
-        plan = plan_load(experiment.arrivals, concurrency=experiment.concurrency, seed=seed)
+        plan = plan_load(experiment.arrivals, concurrency=experiment.concurrency, seed=seed,
+                         pod_restarts=experiment.resets)
         load = Load(plan, tuple(a.output_tokens for a in experiment.arrivals), profile.limits or DEFAULT_LIMITS,
-                    send_spacing=send_spacing)
+                    send_spacing=send_spacing, count_stale=count_stale)
         prediction: Prediction = run_prediction([a.request for a in experiment.arrivals], weights=setting.weights,
                                                 picker_config=setting.picker_config(profile),
                                                 replicas=len(pair.servers), block_size=pair.block_size,
                                                 capacity_blocks=pair.capacity_blocks, tokenizer=tokenizer, seed=seed,
-                                                load=load, latency=profile.latency)
+                                                load=load, latency=profile.latency,
+                                                precise=setting.precise_index(pair))
         side = 1 if setting.round_robin else 0
         result, ttfts = (prediction.picker, prediction.round_robin)[side], prediction.ttfts[side]
         busiest = max(p.requests for p in result.pods) / max(1, result.requests)
@@ -574,7 +609,7 @@ def predict_runs(pair: VllmPair, profile: LatencyProfile, experiment: Experiment
         runs.append(Run(result.hit_rate or 0.0, busiest, percentile(ttfts, 0.5) or 0.0,
                         percentile(ttfts, 0.95) or 0.0, sum(ttfts) / len(ttfts),
                         itl_mean=decoding / intervals if intervals else 0.0,
-                        engine_ttft_p50=percentile(engine, 0.5) or 0.0))
+                        engine_ttft_p50=percentile(engine, 0.5) or 0.0, stale=prediction.stale))
     return runs
 
 

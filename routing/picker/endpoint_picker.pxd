@@ -82,7 +82,6 @@ cdef class EndpointPicker:
     cdef public dict _scorers, _producers, _loads, _position, _metrics_scores
     cdef public list _filters, _names, _metrics_totals, _precise
     cdef public object _feed, _last_scored
-    cdef public Py_ssize_t _last_chosen
     cdef public tuple _metrics_weights, _request_weights, _scorer_entries, _remembering_scorers
     cdef public bint _produces_or_filters
 

@@ -879,7 +879,6 @@ class EndpointPicker:
         self._produces_or_filters = bool(self._filters or self._loads)
         self._feed: KvEventFeed | None = None
         self._last_scored: Mapping[str, _MatchInfo] = {}
-        self._last_chosen = 0
         # Plugins that take no part in this profile's picks (data layer, flow control, parsers,
         # producers nothing here reads), for reports that say what the model leaves out.
         self.ignored_plugins = tuple(
@@ -899,11 +898,11 @@ class EndpointPicker:
         producer = next(iter(self._producers.values()), None)
         return None if producer is None else producer.index
 
-    def chosen_credit(self) -> tuple[int, int]:
-        """The last pick's prefix match for the pod it chose, by the (first) prefix producer: the
-        blocks credited to it and the request's blocks in all ((0, 0) without a producer)."""
+    def last_credits(self) -> tuple[dict[str, int], int]:
+        """The last pick's prefix match by the (first) prefix producer: the blocks it credited each
+        candidate the filters kept with, and the request's blocks in all (({}, 0) without one)."""
         match = next(iter(self._last_scored.values()), None)
-        return (0, 0) if match is None else (match.match_blocks[self._last_chosen], match.total_blocks)
+        return ({}, 0) if match is None else (dict(zip(self._names, match.match_blocks)), match.total_blocks)
 
     @property
     def reads_kv_events(self) -> bool:
@@ -1027,7 +1026,7 @@ class EndpointPicker:
                     break
         chosen_pod = pods[chosen_index]
         chosen = chosen_pod.name
-        self._last_scored, self._last_chosen = scored, chosen_index
+        self._last_scored = scored
 
         for name, producer in self._producers.items():
             producer.record(scored[name], chosen_pod)

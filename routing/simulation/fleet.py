@@ -370,21 +370,24 @@ class LoadResult(SimulationResult):
 
 @dataclass(frozen=True)
 class StalePicks:
-    """An approximate picker's picks that went to a pod for prefix blocks it no longer held: its
-    index credited the pod with more of the prompt than the pod's cache held when the picker
-    chose it, the first block missing being one the pod had cached and evicted or reset (a
-    block the pod has yet to cache, of a request in flight to it, is not stale). `elsewhere`:
-    of those, the picks where another pod held more of the prompt, which an index of what each
-    pod holds (the precise one) would have credited. `tokens`: the prompt tokens credited and
-    not held, over the stale picks."""
+    """Where an approximate picker's index was wrong about what the pods held, pick by pick.
+    `stale`: picks that went to a pod the index credited with more of the prompt than the pod's
+    cache held, the first block missing being one the pod had cached and evicted or lost (a
+    block the pod has yet to cache, of a request in flight to it, is not stale); `elsewhere`,
+    those where another pod held more of the prompt; `tokens`, the prompt tokens credited and
+    not held over them. `blind`: picks where another pod held more of the prompt than the chosen
+    one and the index credited it with less than it held (its record had aged out, or the pod
+    cached it for another picker). An index of what each pod holds (the precise one) sees both."""
 
     picks: int  # picks with a prefix to match
     stale: int
     elsewhere: int
+    blind: int
     tokens: int
 
     def to_json(self) -> dict:
-        return {"picks": self.picks, "stale": self.stale, "elsewhere": self.elsewhere, "tokensNotHeld": self.tokens}
+        return {"picks": self.picks, "stale": self.stale, "elsewhere": self.elsewhere, "blind": self.blind,
+                "tokensNotHeld": self.tokens}
 
 
 class _Scrapes:
@@ -535,7 +538,7 @@ class _LoadReplay:
         # Per engine, the prompt keys it holds and those it held and dropped, by its events.
         self.held: list[set[int]] = [set() for _ in engines]
         self.gone: list[set[int]] = [set() for _ in engines]
-        self.stale_counts = [0, 0, 0, 0]  # picks, stale, elsewhere, tokens (StalePicks)
+        self.stale_counts = [0, 0, 0, 0, 0]  # picks, stale, elsewhere, blind, tokens (StalePicks)
         self.send_spacing = fleet.send_spacing
         self.spaced_until = float("-inf")
 
@@ -614,28 +617,36 @@ class _LoadReplay:
         self.events.push(now + self.arrival(self.prompt_lens[index]), _ARRIVE, index)
 
     def check_stale(self, picker: Picker, index: int) -> None:
-        """Counts the pick of request `index` as stale when the picker credited the chosen pod with
-        more of the prompt than it holds and the first block it lacks is one it dropped."""
-        matched, total = picker.chosen_credit()
+        """Counts the pick of request `index` against what each pod held when it was made: stale
+        when the picker credited the chosen pod with more of the prompt than it held and the first
+        block it lacked is one it had dropped; blind when another pod held more than the chosen
+        one and the picker credited that pod with less than it held."""
+        credits, total = picker.last_credits()
         keys = self.keys[index]
         blocks = len(keys)
         if not total or not blocks:
             return
         counts = self.stale_counts
         counts[0] += 1
-        held = [len(engine.pool.cached_run(keys, blocks)) for engine in self.engines]
         chosen = self.by_name[self.placements[index]]
-        over = matched / total - held[chosen] / blocks
-        # At least one of the picker's blocks credited beyond what the pod holds, and not a block yet to come.
-        if over * total >= 1 and held[chosen] < blocks and keys[held[chosen]] in self.gone[chosen]:
+        held = [len(engine.pool.cached_run(keys, blocks)) for engine in self.engines]
+        # What was credited and held, as fractions of the prompt: the picker's blocks and the
+        # server's need not be the same size. A difference under one of the picker's blocks is none.
+        slack = 1 / total
+        over = credits.get(self.placements[index], 0) / total - held[chosen] / blocks
+        if over >= slack and held[chosen] < blocks and keys[held[chosen]] in self.gone[chosen]:
             counts[1] += 1
-            counts[3] += round(over * self.prompt_lens[index])
+            counts[4] += round(over * self.prompt_lens[index])
             if max(held) > held[chosen]:
                 counts[2] += 1
+        for other, engine in enumerate(self.engines):
+            if held[other] > held[chosen] and credits.get(engine.name, 0) / total < held[other] / blocks - slack:
+                counts[3] += 1
+                break
 
     def _counting_stale(self) -> list[bool]:
         # Only an approximate prefix index can be stale; a precise one reads what the pods hold.
-        return [self.count_stale and hasattr(picker, "chosen_credit") and not picker.reads_kv_events
+        return [self.count_stale and hasattr(picker, "last_credits") and not picker.reads_kv_events
                 and picker.prefix_index is not None for picker in self.pickers]
 
     def took_events(self, engine_index: int, events: list) -> None:

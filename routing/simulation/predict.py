@@ -747,18 +747,21 @@ def format_timeline(timeline: Sequence[Mapping[str, Any]]) -> list[str]:
 
 
 def format_stale(prediction: Prediction) -> list[str]:
-    """The approximate index's stale picks, and what routing on the pods' events would see."""
+    """Where the approximate index was wrong about the pods' caches, and what the precise one would see."""
     stale = prediction.stale
     if stale is None:
         return []
-    if not stale.stale:
-        return [f"Stale picks: none of {stale.picks:,} picks went to a pod for prefix blocks it had dropped: the "
-                "approximate index kept up with the pods' caches on this traffic."]
-    return [f"Stale picks: {stale.stale:,} of {stale.picks:,} picks ({stale.stale / stale.picks:.1%}) went to a pod "
-            f"credited with prefix blocks it had evicted or lost ({stale.tokens:,} prompt tokens credited and not "
-            "held);",
-            f"  in {stale.elsewhere:,} of them another pod held more of the prompt, which the precise index (the pods' "
-            "own KV-cache events) would have seen. Predict with --prefix-index precise to compare."]
+    share = lambda count: f"{count:,} of {stale.picks:,} picks ({count / stale.picks:.1%})"  # noqa: E731
+    if not stale.stale and not stale.blind:
+        return [f"Stale picks: none of {stale.picks:,}: the approximate index kept up with the pods' caches on this "
+                "traffic, and the precise one would route alike."]
+    lines = [f"Stale picks: {share(stale.stale)} went to a pod credited with prefix blocks it had evicted or lost "
+             f"({stale.tokens:,} prompt tokens credited and not held; in {stale.elsewhere:,} another pod held more)."]
+    lines.append(f"Blind picks: {share(stale.blind)} went elsewhere than a pod holding more of the prompt, which the "
+                 "index credited with less than it held.")
+    lines.append("  The precise index (the pods' own KV-cache events) sees both: predict with --prefix-index precise "
+                 "to compare.")
+    return lines
 
 
 def _index_text(target: _Target, event_delay: float) -> str:
