@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import argparse
 
-from routing.lab import demo, servers
+from routing.lab import demo, servers, trace
 from routing.live import calibrate, serve, verify
 from routing.simulation import predict
 from settings.entry_point import exit_with
 
-COMMANDS = (predict, verify, serve, calibrate, demo, servers)
+COMMANDS = (predict, verify, serve, calibrate, demo, servers, trace)
 
 
 def build_parser() -> argparse.ArgumentParser:

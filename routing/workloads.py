@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping, Sequence
 
 from routing.picker.endpoint_picker import SURROGATE_FIX, Request, lone_surrogate
+from routing.traces import MOONCAKE_BLOCK_TOKENS, TRACE_MODEL, TraceError, is_trace_line, read_trace
 from settings import SettingsError, parse_weight_overrides
 from settings.errors import problem_lines
 
@@ -244,8 +245,11 @@ class PodRestart:
         return f"at {self.at:g}s {name}'s prefix cache is reset" if self.reset else f"at {self.at:g}s {name} restarts"
 
 
-def load_arrivals(name_or_path: str, model: str | None = None) -> list[Arrival]:
-    """A workload (built-in name or .jsonl path) as arrivals; bare bodies have no time or session."""
+def load_arrivals(name_or_path: str, model: str | None = None,
+                  trace_block_tokens: int = MOONCAKE_BLOCK_TOKENS) -> list[Arrival]:
+    """A workload (built-in name or .jsonl path) as arrivals; bare bodies have no time or session.
+    A block-hash trace (routing/traces.py) arrives at its timestamps, its ids standing for blocks
+    of `trace_block_tokens`."""
     if name_or_path in BUILTIN_WORKLOADS:
         bodies, requests = load_workload(name_or_path, model)
         return [Arrival(body, request) for body, request in zip(bodies, requests)]
@@ -254,6 +258,18 @@ def load_arrivals(name_or_path: str, model: str | None = None) -> list[Arrival]:
         lines = path.read_text(encoding="utf-8").splitlines()
     except (OSError, UnicodeDecodeError):
         lines = []  # load_jsonl says what is wrong with the file
+    first = next((line for line in lines if line.strip()), None)
+    try:
+        is_trace = first is not None and is_trace_line(json.loads(first))
+    except json.JSONDecodeError:
+        is_trace = False
+    if is_trace:
+        try:
+            trace = read_trace(path, lines, trace_block_tokens)
+        except TraceError as error:
+            raise WorkloadError(str(error)) from None
+        served = model or TRACE_MODEL
+        return [Arrival(traced.body(served), traced.request(served), traced.at) for traced in trace.requests]
     parsed = []
     for line in lines:
         try:

@@ -24,6 +24,7 @@ from routing.picker.estimate import (DEFAULT_ESTIMATES, SURROGATE_FIX, MediaEsti
 from routing.picker.load import (AffinityFilter, FilterOutcome, InFlightLoad, active_request_scores,
                                  token_load_score)
 from routing.picker.precise import KvBlockIndex
+from routing.picker.traced import TracedPrompt
 from routing.picker.prefix import (PSEUDO_TOKEN_BYTES, character_block_hashes, picker_block_hashes, picker_block_size,
                                    pseudo_token_bytes, server_block_keys)
 from settings import DEFAULT_WEIGHTS, WEIGHT_NAMES
@@ -86,6 +87,8 @@ class Request:
     holds image and video placeholder runs, which a picker whose token producer estimates media
     otherwise recounts (`streams_under`). `max_output_tokens`: the client's cap on the reply
     (max_tokens and the like), which an in-flight-load producer's output estimate respects.
+    `traced`: a block-hash trace's request, known by its blocks and length alone (`prompt` is
+    then empty): every index keys it from its block ids, and its tokens are the trace's.
     """
 
     model: str
@@ -98,6 +101,7 @@ class Request:
     character_input: bytes | None = None
     media: tuple[MediaRun, ...] = ()
     max_output_tokens: int | None = None
+    traced: TracedPrompt | None = None
 
     @property
     def target_model(self) -> str:
@@ -383,6 +387,10 @@ class HashPlan(NamedTuple):
     def hashes(self, request: Request) -> list[list[int]]:
         """The request's block hashes, one chain per prompt that has any."""
         characters, block_tokens, max_blocks, estimates = self
+        if request.traced is not None:
+            # A trace's token stands for a pseudo-token; characters drop the partial block, tokens keep it.
+            hashes = request.traced.keys(block_tokens, partial=not characters, max_blocks=max_blocks)
+            return [hashes] if hashes else []
         model, salt = request.target_model, request.cache_salt
         if characters:
             hashes = character_block_hashes(model, request.characters, block_tokens, max_blocks, salt)
@@ -570,6 +578,8 @@ class _PrecisePrefixProducer:
               hashed: Hashed | None = None) -> _MatchInfo:
         if hashed is not None and hashed[0] == self.plan:
             streams, tokens = hashed[1]
+        elif request.traced is not None:
+            streams, tokens = [request.traced.keys(self.block_tokens)], request.traced.length
         elif self.engine_tokens is not None:
             sequences = self.engine_tokens(request)
             streams = [server_block_keys(sequence, self.block_tokens) for sequence in sequences]
@@ -1065,6 +1075,8 @@ class EndpointPicker:
                 # TokenizedPrompt.TokenCount: the engine's tokens, as the vllm backend the precise producer keys.
                 input_tokens = matches[next(name for name, producer in self._producers.items()
                                             if isinstance(producer, _PrecisePrefixProducer))].tokens
+            elif request.traced is not None:
+                input_tokens = request.traced.length
             else:
                 streams = (request.streams_under(self._estimates) if self._estimates is not None
                            else request.token_streams)

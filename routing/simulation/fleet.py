@@ -147,7 +147,7 @@ class SimulationResult(DeltaReport):
 # index: vLLM publishes each step's events from a background thread over ZMQ, and the picker's
 # subscriber decodes and indexes them. Measured on the two vLLM CPU servers behind `serve
 # --prefix-index precise` (docs/benchmarks.md, "KV-event delivery").
-DEFAULT_EVENT_DELAY = 0.002
+DEFAULT_EVENT_DELAY = 0.004
 
 
 class KvEventLog:
@@ -226,9 +226,11 @@ def simulate_side_by_side(workload: Iterable[Request],
     for index, request in enumerate(workload):
         # What the server computes: one sequence per prompt (several for a batch completion),
         # a chat through the model's chat template when the tokenizer has one.
-        sequences = server_tokens(tokenizer, request)
-        lens.append(sum(map(len, sequences)))
-        keys_by_block_size: dict[int, list[list[int]]] = {}
+        traced = request.traced
+        sequences = server_tokens(tokenizer, request) if traced is None else ()
+        lengths = [len(tokens) for tokens in sequences] if traced is None else [traced.length]
+        lens.append(sum(lengths))
+        keys_by_block_size: dict[int, list[Sequence[int]]] = {}
         for fleet, ((servers, picker), named, placed) in enumerate(zip(fleets, by_name, placements)):
             seen = [server.metrics() for server in servers]
             if precise[fleet]:
@@ -241,10 +243,11 @@ def simulate_side_by_side(workload: Iterable[Request],
             server = named[decision.pod]
             keys = keys_by_block_size.get(server.block_size)
             if keys is None:
-                keys = keys_by_block_size[server.block_size] = [server_block_keys(tokens, server.block_size)
-                                                                for tokens in sequences]
-            hits[fleet].append(sum(server.serve(len(tokens), sequence_keys)
-                                   for tokens, sequence_keys in zip(sequences, keys)))
+                keys = keys_by_block_size[server.block_size] = (
+                    [server_block_keys(tokens, server.block_size) for tokens in sequences] if traced is None
+                    else [traced.keys(server.block_size)])
+            hits[fleet].append(sum(server.serve(length, sequence_keys)
+                                   for length, sequence_keys in zip(lengths, keys)))
             placed.append(server.name)
             if precise[fleet]:
                 logs[fleet].publish(server.name, index * _SERIAL_SECONDS_PER_REQUEST, server.events)
@@ -308,6 +311,12 @@ def prepare(requests: Sequence[Request], output_lens: Sequence[int], tokenizer: 
     with collection_paused():
         lens, keys, hashes = [], [], []
         for index, request in enumerate(requests):
+            if request.traced is not None:
+                lens.append(request.traced.length)
+                keys.append(request.traced.keys(block_size))
+                if picker_hashes:
+                    hashes.append(hash_plan.hashes(request))
+                continue
             sequences = server_tokens(tokenizer, request, packed=True)
             if len(sequences) != 1:
                 raise UnsupportedRequest(f"workload request {index} holds {len(sequences)} prompts in one completion: "

@@ -29,6 +29,7 @@ from routing.options import (OptionError, add_model_options, load_stack_model, n
 from routing.picker.endpoint_picker import (DEFAULT_PICKER_VERSION, PICKER_VERSIONS, FilterOutcome, PickerConfigError,
                                             Request, with_default_weights)
 from routing.picker.prefix import EstimateTokenizer, HFTokenizerFile, Tokenizer, TokenizerFileError
+from routing.picker.traced import TracedPrompt
 from routing.simulation import sweep
 from routing.simulation.fleet import (DEFAULT_BLOCK_SIZE, DEFAULT_CAPACITY_BLOCKS, DEFAULT_EVENT_DELAY,
                                       DEFAULT_SCRAPE_INTERVAL, SimulationResult)
@@ -37,6 +38,7 @@ from routing.simulation.latency import (DEFAULT_LATENCY, DEFAULT_LATENCY_NOTE, D
 from routing.simulation.load_plan import plan_load, replays_in_time
 from routing.simulation.prediction import Baseline, Load, PredictError, Prediction, run_prediction
 from routing.tables import percent
+from routing.traces import MOONCAKE_BLOCK_TOKENS
 from routing.workloads import (BUILTIN_WORKLOADS as BUILTIN, DEFAULT_OUTPUT_TOKENS, Arrival, PodRestart,
                                WeightChange, WorkloadError, load_arrivals, load_pod_restarts, load_weight_changes)
 from settings import MODELLED_VLLM_VERSION, lru_conflict, other_vllm_release
@@ -62,8 +64,12 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                        help="no stack: N pods with the controller's default weights (queue 2, kvCache 2, prefix 3)")
     add_model_options(parser)
     parser.add_argument("--workload", default="seed-shared",
-                        help=f"{', '.join(sorted(BUILTIN))}, or a .jsonl file of OpenAI request bodies or of "
-                             '{"at": seconds, "session": id, "body": {...}} lines (default: seed-shared)')
+                        help=f"{', '.join(sorted(BUILTIN))}, or a .jsonl file of OpenAI request bodies, of "
+                             '{"at": seconds, "session": id, "body": {...}} lines, or a block-hash trace '
+                             "(Mooncake's timestamp, input_length, output_length, hash_ids) (default: seed-shared)")
+    parser.add_argument("--trace-block-tokens", type=positive_int, default=MOONCAKE_BLOCK_TOKENS, metavar="TOKENS",
+                        help="a block-hash trace's tokens per hash id (default "
+                             f"{MOONCAKE_BLOCK_TOKENS}, Mooncake's)")
     parser.add_argument("--weights", type=weights_option, metavar="NAME=N,...",
                         help="override weights, e.g. prefix=0,queue=3,kvCache=2 (merged over the stack's)")
     parser.add_argument("--routing", type=routing_option, metavar="RECIPE[,NAME=VALUE,...]",
@@ -409,9 +415,13 @@ def _block_size(args: argparse.Namespace, target: _Target, profile: LatencyProfi
 
 def _setup(args: argparse.Namespace) -> _Setup:
     target = _target(args)
-    arrivals = tuple(load_arrivals(args.workload, target.served_model))
+    arrivals = tuple(load_arrivals(args.workload, target.served_model, args.trace_block_tokens))
+    traced = [arrival.request.traced for arrival in arrivals if arrival.request.traced is not None]
+    if traced and args.tokenizer:
+        raise PredictError(f"--tokenizer {args.tokenizer}: the workload is a block-hash trace, whose lengths are "
+                           "already tokens; drop --tokenizer")
     tokenizer = HFTokenizerFile(args.tokenizer) if args.tokenizer else EstimateTokenizer()
-    notes = [f"tokens {tokenizer.description}", *target.caveats]
+    notes = [trace_note(traced) if traced else f"tokens {tokenizer.description}", *target.caveats]
     if args.picker_version != DEFAULT_PICKER_VERSION:
         notes.append(f"prefix hashing of picker {args.picker_version} ({PICKER_VERSIONS[args.picker_version]})")
     profile = LatencyProfile.load(args.latency_profile) if args.latency_profile else None
@@ -457,6 +467,15 @@ def _setup(args: argparse.Namespace) -> _Setup:
     deployed = _deployed_target(args, profile) if args.sweep or args.compare else None
     return _Setup(target, arrivals, tuple(arrival.request for arrival in arrivals), tokenizer, block_size, capacity,
                   latency, limits, replicas, tuple(notes), changes, restarts, deployed)
+
+
+def trace_note(prompts: Sequence[TracedPrompt]) -> str:
+    """What a block-hash trace is, and the bound its repeats set on any placement's hit rate."""
+    blocks = sum(len(prompt.ids) for prompt in prompts)
+    distinct = len({block for prompt in prompts for block in prompt.ids})
+    return (f"a block-hash trace: {len(prompts):,} requests, {sum(prompt.length for prompt in prompts):,} prompt tokens "
+            f"in {blocks:,} blocks of {prompts[0].id_tokens} tokens, {(blocks - distinct) / blocks:.1%} of them seen "
+            "before in the trace (the hit rate's bound with an unlimited cache, in blocks)")
 
 
 def run(args: argparse.Namespace) -> int:
