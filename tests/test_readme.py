@@ -26,7 +26,8 @@ VENV_PYTHON = ".venv/bin/python"
 COMMAND = re.compile(r"[\w./-]*python3? -m (?:routing|settings|dryrun|benchmarks)\b[^`\n]*")
 # What a real run of these needs that CI has not: a cluster, GitHub or the charts' registries, or many
 # minutes of vLLM.
-PARSED_ONLY = {"verify", "calibrate", "demo", "servers", "clone-hyperpod-chart", "bench_under_load", "charts"}
+PARSED_ONLY = {"verify", "calibrate", "demo", "servers", "clone-hyperpod-chart", "bench_under_load", "bench_precise",
+               "bench_public_trace", "charts"}
 MAX_README_LINES = 300
 
 
