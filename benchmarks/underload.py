@@ -433,12 +433,13 @@ def add_pair_options(parser: argparse.ArgumentParser) -> None:
                         help="where the tiny model and the server logs go")
 
 
-def add_run_options(parser: argparse.ArgumentParser, runs_help: str) -> None:
+def add_run_options(parser: argparse.ArgumentParser, runs_help: str, workloads: bool = True) -> None:
     """The options of a benchmark that compares measured and predicted runs: --runs (`runs_help`
-    says its default), --seeds, --only and --start-timeout."""
+    says its default), --seeds, --only (with several `workloads`) and --start-timeout."""
     parser.add_argument("--runs", type=int, help=f"measured runs per workload and setting (default: {runs_help})")
     parser.add_argument("--seeds", type=int, default=20, help="predicted runs (seeds) per workload and setting")
-    parser.add_argument("--only", action="append", help="run only this workload (repeatable)")
+    if workloads:
+        parser.add_argument("--only", action="append", help="run only this workload (repeatable)")
     parser.add_argument("--start-timeout", type=float, default=DEFAULT_START_TIMEOUT)
 
 
@@ -548,6 +549,8 @@ class ServerCountedTokenizer:
         self.description = f"counted by {url}/tokenize (chat template applied by the server)"
         self._tokens: dict[str, list[int]] = {}
         for arrival in arrivals:
+            if arrival.request.traced is not None:
+                continue  # a block-hash trace's request is keyed from its ids, not its tokens
             body = {"model": arrival.body["model"]}
             body.update({"messages": arrival.body["messages"]} if "messages" in arrival.body
                         else {"prompt": arrival.body["prompt"]})

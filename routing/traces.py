@@ -16,9 +16,10 @@ are renumbered densely in order of first appearance (routing/picker/traced.py ke
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+import random
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Iterable, Sequence
 
 from routing.picker.endpoint_picker import Request
 from routing.picker.traced import TracedPrompt
@@ -28,6 +29,11 @@ MOONCAKE_BLOCK_TOKENS = 512
 TRACE_FIELDS = ("timestamp", "input_length", "output_length", "hash_ids")
 # The name predict and serve give a trace's requests when no model is named.
 TRACE_MODEL = "trace"
+# A synthesized prompt's token ids: clear of the special tokens most vocabularies start with,
+# and within the tiny lab model's vocabulary (1,094 tokens; vLLM refuses an id past it); any
+# real model's is larger.
+SYNTHETIC_TOKEN_FIRST = 100
+SYNTHETIC_TOKEN_COUNT = 900
 
 
 class TraceError(ValueError):
@@ -52,9 +58,34 @@ class TracedRequest:
     def request(self, model: str) -> Request:
         return Request(model=model, prompt="", max_output_tokens=self.output_tokens, traced=self.prompt)
 
-    def body(self, model: str) -> dict[str, Any]:
-        """What predict's arrival holds for it: the model and the reply's length, no prompt."""
-        return {"model": model, "max_tokens": self.output_tokens}
+    def body(self, model: str, prompt: bool = False) -> dict[str, Any]:
+        """A completions body of the model and the reply's length; with `prompt`, also the
+        synthesized prompt (`synthetic_tokens`) that verify and the benchmarks send."""
+        if not prompt:
+            return {"model": model, "max_tokens": self.output_tokens}
+        return {"model": model, "prompt": synthetic_tokens(self.prompt), "max_tokens": self.output_tokens}
+
+    def scaled(self, id_tokens: int, max_output: int | None = None) -> TracedRequest:
+        """The request with each id standing for `id_tokens` tokens (the last, partial block
+        scaled alike, at least one token), and its reply capped at `max_output`."""
+        old = self.prompt.id_tokens
+        tail = self.prompt.length - (len(self.prompt.ids) - 1) * old
+        length = (len(self.prompt.ids) - 1) * id_tokens + max(1, -(-tail * id_tokens // old))
+        output = self.output_tokens if max_output is None else min(self.output_tokens, max_output)
+        return replace(self, prompt=TracedPrompt(self.prompt.ids, length, id_tokens), output_tokens=output)
+
+
+def synthetic_tokens(prompt: TracedPrompt) -> list[int]:
+    """Token ids with the prompt's block structure: each id's block the same ids wherever it
+    appears (drawn from a generator seeded with the id), so a server's prefix cache and a
+    picker's hashes see exactly the trace's sharing; sent as a token-id prompt, its length is
+    the trace's whatever the model's tokenizer."""
+    tokens: list[int] = []
+    for block_id in prompt.ids:
+        draw = random.Random(block_id)
+        count = min(prompt.id_tokens, prompt.length - len(tokens))
+        tokens += [SYNTHETIC_TOKEN_FIRST + draw.randrange(SYNTHETIC_TOKEN_COUNT) for _ in range(count)]
+    return tokens
 
 
 @dataclass(frozen=True)
@@ -154,3 +185,14 @@ def read_trace(path: str | Path, lines: Sequence[str] | None = None,
     if not requests:
         raise TraceError(f"trace {path}: holds no requests")
     return BlockTrace(tuple(requests), id_tokens, len(parents))
+
+
+def write_trace(path: Path, requests: Iterable[TracedRequest]) -> None:
+    """`requests` in the format `read_trace` reads (times in ms, when they have any)."""
+    with path.open("w", encoding="utf-8") as out:
+        for request in requests:
+            line = {"input_length": request.prompt.length, "output_length": request.output_tokens,
+                    "hash_ids": list(request.prompt.ids)}
+            if request.at is not None:
+                line = {"timestamp": round(request.at * 1000), **line}
+            out.write(json.dumps(line) + "\n")

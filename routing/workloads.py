@@ -245,11 +245,12 @@ class PodRestart:
         return f"at {self.at:g}s {name}'s prefix cache is reset" if self.reset else f"at {self.at:g}s {name} restarts"
 
 
-def load_arrivals(name_or_path: str, model: str | None = None,
-                  trace_block_tokens: int = MOONCAKE_BLOCK_TOKENS) -> list[Arrival]:
+def load_arrivals(name_or_path: str, model: str | None = None, trace_block_tokens: int = MOONCAKE_BLOCK_TOKENS,
+                  trace_prompts: bool = False) -> list[Arrival]:
     """A workload (built-in name or .jsonl path) as arrivals; bare bodies have no time or session.
     A block-hash trace (routing/traces.py) arrives at its timestamps, its ids standing for blocks
-    of `trace_block_tokens`."""
+    of `trace_block_tokens`; its bodies carry synthesized prompts with `trace_prompts` (to send
+    them), none otherwise (to predict them)."""
     if name_or_path in BUILTIN_WORKLOADS:
         bodies, requests = load_workload(name_or_path, model)
         return [Arrival(body, request) for body, request in zip(bodies, requests)]
@@ -269,7 +270,8 @@ def load_arrivals(name_or_path: str, model: str | None = None,
         except TraceError as error:
             raise WorkloadError(str(error)) from None
         served = model or TRACE_MODEL
-        return [Arrival(traced.body(served), traced.request(served), traced.at) for traced in trace.requests]
+        return [Arrival(traced.body(served, trace_prompts), traced.request(served), traced.at)
+                for traced in trace.requests]
     parsed = []
     for line in lines:
         try:

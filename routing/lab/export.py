@@ -30,6 +30,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Iterator, Sequence
 
+from routing.options import positive_int
 from routing.picker.endpoint_picker import Request
 from routing.picker.prefix import HFTokenizerFile, TokenizerFileError, server_tokens
 from routing.traces import MOONCAKE_BLOCK_TOKENS, is_trace_line
@@ -205,7 +206,7 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
                         help="the model's tokenizer.json (or its directory, with its chat template)")
     parser.add_argument("--salt-file", type=Path, default=Path("trace-salt"), metavar="FILE",
                         help="the salt's file, made when absent (default: ./trace-salt); keep it private")
-    parser.add_argument("--block-tokens", type=int, default=MOONCAKE_BLOCK_TOKENS, metavar="TOKENS",
+    parser.add_argument("--block-tokens", type=positive_int, default=MOONCAKE_BLOCK_TOKENS, metavar="TOKENS",
                         help=f"tokens per id (default {MOONCAKE_BLOCK_TOKENS}, Mooncake's)")
     parser.add_argument("--timestamp-unit", choices=("s", "ms"), default="s",
                         help="a request log's numeric timestamps: Unix seconds (default) or milliseconds")
@@ -213,9 +214,6 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    if args.block_tokens < 1:
-        print(f"trace export: --block-tokens {args.block_tokens}: must be at least 1", file=sys.stderr)
-        return 2
     try:
         tokenizer = HFTokenizerFile(args.tokenizer)
         salt = load_salt(args.salt_file)

@@ -1,7 +1,8 @@
 """`trace get`: a public block-hash trace, from its repository at its published commit or
 from a copy (`--from`), checked against the digest that commit names; `trace export`: your own
 requests as a block-hash trace, hashed locally, with no text leaving the machine
-(routing/lab/export.py)."""
+(routing/lab/export.py); `trace slice`: some of a trace's conversations, scaled down for
+small servers (the lab's two vLLM CPU servers), for predict and verify to replay alike."""
 
 from __future__ import annotations
 
@@ -15,7 +16,8 @@ from pathlib import Path
 from typing import Mapping
 
 from routing.lab import export
-from routing.traces import TraceError, read_trace
+from routing.options import nonnegative_seconds, positive_int
+from routing.traces import BlockTrace, TraceError, TracedRequest, read_trace, write_trace
 
 # Mooncake's FAST'25 release at the commit that added it ("add FAST25 release", 2025-02-21); the
 # files are unchanged at the repository's head of 2026-08-22. Each is checked by its git blob id
@@ -122,6 +124,20 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                        help="check and copy a local copy instead of downloading (machines that cannot reach GitHub)")
     fetch.set_defaults(func=run_get)
     export.add_parser(commands)
+    part = commands.add_parser("slice", help="some conversations of a trace, scaled to a small model",
+                               description=slice_conversations.__doc__)
+    part.add_argument("input", type=Path, help="a block-hash trace")
+    part.add_argument("--out", type=Path, required=True, metavar="FILE", help="the slice to write")
+    part.add_argument("--started-before", type=nonnegative_seconds, default=20.0, metavar="S",
+                      help="take the conversations whose first request comes before S seconds (default 20)")
+    part.add_argument("--block-tokens", type=positive_int, default=64, metavar="TOKENS",
+                      help="tokens each id stands for in the slice (default 64, an eighth of Mooncake's 512)")
+    part.add_argument("--max-output", type=positive_int, default=16, metavar="TOKENS",
+                      help="cap each reply at this many tokens (default 16)")
+    part.add_argument("--max-model-len", type=positive_int, default=4096, metavar="TOKENS",
+                      help="leave out requests whose scaled prompt and reply exceed it (default 4096, the tiny lab "
+                           "model's context)")
+    part.set_defaults(func=run_slice)
 
 
 def run_get(args: argparse.Namespace) -> int:
@@ -136,4 +152,54 @@ def run_get(args: argparse.Namespace) -> int:
     print(f"{path}: Mooncake's {trace.file} at {MOONCAKE_COMMIT[:12]}, checked; {len(read.requests):,} requests, "
           f"{read.repeated_share():.1%} of their blocks seen before in the trace")
     print(f"predict on it: .venv/bin/python -m routing predict --pods 8 --workload {path} --block-size 16 ...")
+    return 0
+
+
+def conversation_key(request: TracedRequest) -> tuple[int, ...]:
+    # A conversation's turns resend its first blocks: the first is shared by every request of
+    # Mooncake's conversation trace (a system prompt), the second is the conversation's own.
+    return request.prompt.ids[:2]
+
+
+def slice_conversations(trace: BlockTrace, started_before: float, block_tokens: int, max_output: int,
+                        max_model_len: int) -> tuple[list[TracedRequest], int]:
+    """The requests of every conversation (requests sharing their first two blocks) whose first
+    request comes before `started_before` seconds, in trace order, each id scaled to
+    `block_tokens` tokens and each reply capped at `max_output`; requests whose prompt and
+    reply would exceed `max_model_len` are left out and counted."""
+    starts: dict[tuple[int, ...], float] = {}
+    for request in trace.requests:
+        starts.setdefault(conversation_key(request), request.at or 0.0)
+    kept, too_long = [], 0
+    for request in trace.requests:
+        if starts[conversation_key(request)] >= started_before:
+            continue
+        scaled = request.scaled(block_tokens, max_output)
+        if scaled.prompt.length + scaled.output_tokens > max_model_len:
+            too_long += 1
+            continue
+        kept.append(scaled)
+    return kept, too_long
+
+
+def run_slice(args: argparse.Namespace) -> int:
+    try:
+        trace = read_trace(args.input)
+    except TraceError as error:
+        print(f"trace slice: {error}", file=sys.stderr)
+        return 1
+    if not trace.timed:
+        print(f"trace slice: {args.input} has no timestamps to take conversations by", file=sys.stderr)
+        return 1
+    kept, too_long = slice_conversations(trace, args.started_before, args.block_tokens, args.max_output,
+                                         args.max_model_len)
+    if not kept:
+        print(f"trace slice: no conversation starts before {args.started_before:g} s", file=sys.stderr)
+        return 1
+    write_trace(args.out, kept)
+    sliced = read_trace(args.out, id_tokens=args.block_tokens)
+    print(f"{args.out}: {len(kept)} requests of the conversations starting before {args.started_before:g} s, ids of "
+          f"{args.block_tokens} tokens, {sliced.repeated_share():.1%} of their blocks seen before"
+          + (f"; {too_long} left out, longer than {args.max_model_len} tokens" if too_long else ""))
+    print(f"predict and verify it with --workload {args.out} --trace-block-tokens {args.block_tokens}")
     return 0

@@ -54,8 +54,9 @@ from typing import Any, Callable, Mapping, Protocol, Sequence, TextIO
 
 from routing.metrics import PREFIX_SPELLINGS, REQUESTS, DeltaReport, PodDelta, VllmMetrics, diff_reads, parse_metrics
 from routing.options import (URL_SCHEMES, OptionError, add_model_options, http_url, load_stack_model, named_url,
-                             port_number, unique_named_urls)
+                             port_number, positive_int, unique_named_urls)
 from routing.tables import format_pod_table
+from routing.traces import MOONCAKE_BLOCK_TOKENS
 from routing.workloads import (BUILTIN_WORKLOADS, Arrival, WorkloadError, load_arrivals, load_pod_restarts,
                                load_weight_changes)
 from settings import GATEWAY_OWNER_LABEL, GATEWAY_SYSTEM_NAMESPACE, VLLM_PORT
@@ -679,7 +680,10 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     parser.add_argument("--workload", default="seed-shared",
                         help=f"{', '.join(BUILTIN_WORKLOADS)}, or a .jsonl file of OpenAI request bodies or of "
                              '{"at": seconds, "session": id, "body": {...}} lines, as predict reads (default: '
-                             'seed-shared); sent one at a time in file order, without the "at" times')
+                             'seed-shared), or a block-hash trace, each request a token-ID prompt synthesized with '
+                             'its blocks; sent one at a time in file order, without the "at" times')
+    parser.add_argument("--trace-block-tokens", type=positive_int, default=MOONCAKE_BLOCK_TOKENS, metavar="TOKENS",
+                        help=f"a block-hash trace's tokens per hash id (default {MOONCAKE_BLOCK_TOKENS}, Mooncake's)")
     parser.add_argument("--model-id", help="served model name to put in each body (default: the stack model's)")
     parser.add_argument("--expect", choices=EXPECTATIONS,
                         help="exit 1 unless all requests land on one pod (concentrate) or on several (spread)")
@@ -833,9 +837,11 @@ def build_clients(args: argparse.Namespace, target: Target) -> tuple[PodReader, 
     return pods, gateway
 
 
-def workload_arrivals(workload: str, model_id: str | None) -> list[Arrival]:
-    """The workload's requests, read as predict reads them; a weight change is refused by line."""
-    arrivals = load_arrivals(workload, model_id)
+def workload_arrivals(workload: str, model_id: str | None,
+                      trace_block_tokens: int = MOONCAKE_BLOCK_TOKENS) -> list[Arrival]:
+    """The workload's requests, read as predict reads them (a block-hash trace's with synthesized
+    prompts); a weight change is refused by line."""
+    arrivals = load_arrivals(workload, model_id, trace_block_tokens, trace_prompts=True)
     changes = load_weight_changes(workload)
     if changes:
         lines = ", ".join(f"line {change.line} at {change.at:g}s" for change in changes)
@@ -885,7 +891,7 @@ def run(args: argparse.Namespace) -> int:
         if target.model_id is None and args.workload in BUILTIN_WORKLOADS:
             raise VerifyError(f"--workload {args.workload} needs a served model name: pass --model-id NAME "
                               "(e.g. Qwen/Qwen2.5-0.5B-Instruct) or --stack dev --model qwen-small")
-        arrivals = workload_arrivals(args.workload, target.model_id)
+        arrivals = workload_arrivals(args.workload, target.model_id, args.trace_block_tokens)
         pods, gateway = build_clients(args, target)
         note = timing_note(arrivals)
         if note:

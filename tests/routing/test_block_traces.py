@@ -14,7 +14,9 @@ from routing.picker.prefix import EstimateTokenizer
 from routing.picker.traced import TracedPrompt
 from routing.simulation.fleet import prepare
 from routing.simulation.prediction import run_prediction
-from routing.traces import MOONCAKE_BLOCK_TOKENS, TraceError, read_trace
+from routing.lab.trace import slice_conversations
+from routing.traces import (MOONCAKE_BLOCK_TOKENS, SYNTHETIC_TOKEN_COUNT, SYNTHETIC_TOKEN_FIRST, TraceError, read_trace,
+                            synthetic_tokens, write_trace as write_requests)
 from routing.workloads import WorkloadError, load_arrivals
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -160,3 +162,35 @@ def test_predict_reads_a_trace_and_names_its_bound(tmp_path):
     refused = subprocess.run([sys.executable, "-m", "routing", "predict", "--pods", "2", "--workload", str(path),
                               "--tokenizer", "x.json"], cwd=ROOT, capture_output=True, text=True)
     assert refused.returncode == 2 and "drop --tokenizer" in refused.stderr
+
+
+# -- synthesized prompts, scaled slices ---------------------------------------------------------------
+
+def test_synthesized_prompts_have_the_length_and_share_exactly_the_ids_blocks():
+    one, other = synthetic_tokens(prompt([3, 4], 700)), synthetic_tokens(prompt([3, 5], 600))
+    assert (len(one), len(other)) == (700, 600)
+    assert one[:512] == other[:512] and one[512:600] != other[512:600]
+    assert synthetic_tokens(prompt([3, 4], 700)) == one
+    assert all(SYNTHETIC_TOKEN_FIRST <= token < SYNTHETIC_TOKEN_FIRST + SYNTHETIC_TOKEN_COUNT for token in one + other)
+
+
+def test_a_scaled_request_keeps_its_ids_and_scales_the_last_partial_block(tmp_path):
+    (request,) = read_trace(write_trace(tmp_path / "t.jsonl", [line([0, 1, 2], 1100, 300, at=0)])).requests
+    scaled = request.scaled(64, max_output=16)
+    assert (scaled.prompt.ids, scaled.prompt.length, scaled.prompt.id_tokens, scaled.output_tokens) == (
+        (0, 1, 2), 2 * 64 + 10, 64, 16)  # 76 of 512 tokens in the last block become 10 of 64
+    assert request.scaled(64, max_output=1000).output_tokens == 300
+
+
+def test_a_slice_takes_whole_conversations_by_their_start_and_reads_back(tmp_path):
+    # Conversations are requests sharing their first two ids: (0, 1) starts at 0 s and has a
+    # second turn at 30 s; (0, 5) starts at 25 s; (0, 7) at 10 s is too long once scaled.
+    trace = read_trace(write_trace(tmp_path / "t.jsonl", [
+        line([0, 1], 1000, at=0), line([0, 7, 8, 9], 2000, at=10_000), line([0, 5], 900, at=25_000),
+        line([0, 1, 2, 3], 1800, at=30_000)]))
+    kept, too_long = slice_conversations(trace, 20.0, 64, 16, max_model_len=240)
+    assert [(request.line, request.prompt.length) for request in kept] == [(1, 64 + 61), (4, 3 * 64 + 33)]
+    assert too_long == 1
+    write_requests(tmp_path / "slice.jsonl", kept)
+    again = read_trace(tmp_path / "slice.jsonl", id_tokens=64)
+    assert [(r.at, r.prompt.length, r.output_tokens) for r in again.requests] == [(0.0, 125, 8), (30.0, 225, 8)]

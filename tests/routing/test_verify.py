@@ -496,6 +496,18 @@ def test_the_example_trace_is_sent_in_file_order_without_its_times(pods, gateway
     assert f"{len(lines)} of {len(lines)} succeeded" in out
 
 
+def test_a_block_hash_trace_is_sent_as_token_prompts_with_its_blocks(pods, gateway_factory, tmp_path, capsys):
+    trace = tmp_path / "trace.jsonl"
+    trace.write_text(jsonl({"timestamp": 0, "input_length": 100, "output_length": 3, "hash_ids": [7, 8]},
+                           {"timestamp": 5, "input_length": 70, "output_length": 2, "hash_ids": [7, 9]}))
+    gateway = gateway_factory(pods, lambda n: "pod-a")
+    code = cli.main(verify_args(pods, gateway, "--workload", str(trace), "--trace-block-tokens", "64"))
+    assert code == 0, capsys.readouterr().out
+    first, second = pods["pod-a"].bodies
+    assert (len(first["prompt"]), first["max_tokens"], len(second["prompt"]), second["max_tokens"]) == (100, 3, 70, 2)
+    assert first["prompt"][:64] == second["prompt"][:64] and first["prompt"][64:70] != second["prompt"][64:70]
+
+
 def test_help_says_what_verify_does_with_a_workloads_times(capsys):
     with pytest.raises(SystemExit):
         cli.main(["verify", "--help"])
@@ -542,6 +554,9 @@ WORKLOADS = {
     "a timed line with another key": jsonl({"at": 0, "body": FIRST, "note": "x"}),
     "a body without a prompt": jsonl({"at": 0, "body": {"model": "m", "input": 1}}),
     "a negative time": jsonl({"at": -1, "body": FIRST}),
+    "a block-hash trace": jsonl({"timestamp": 0, "input_length": 600, "output_length": 4, "hash_ids": [7, 8]}),
+    "a trace whose id follows two parents": jsonl({"input_length": 600, "output_length": 4, "hash_ids": [7, 8]},
+                                                   {"input_length": 600, "output_length": 4, "hash_ids": [9, 8]}),
     "not JSON": '{"model": "m", "prompt": "a"\n',
     "no requests": "\n",
 }
