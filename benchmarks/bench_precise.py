@@ -32,15 +32,15 @@ import argparse
 import dataclasses
 import json
 import sys
-import threading
 import time
 import urllib.request
 from typing import Any, Sequence
 
-from benchmarks.underload import (HIDDEN_SIZE, LAYERS, Experiment, Row, Run, ServerCountedTokenizer, Setting,
+from benchmarks.underload import (HIDDEN_SIZE, LAYERS, Experiment, Row, ServerCountedTokenizer, Setting,
                                   add_pair_options, add_run_options, benchmark_pair, calibrate_pair, drive,
-                                  experiments, format_rows, measure, parse_run_options, predict_runs, ranking,
-                                  reply_spacing_seconds, serve_process, target_tallies, tenants_workload)
+                                  experiments, format_rows, measure_rounds, parse_run_options, predict_runs,
+                                  ranking_lines, reply_spacing_seconds, serve_process, target_tallies,
+                                  tenants_workload)
 from routing.lab.vllm_server import StepError, VllmPair, VllmUnavailable, resolve_vllm_python
 from routing.simulation.latency import DEFAULT_LIMITS, LatencyProfile
 from routing.simulation.load_plan import plan_load
@@ -65,21 +65,6 @@ def reset_experiment(model: str, profile: LatencyProfile, pair: VllmPair, tokeni
     return Experiment("reset mid-run", f"4 tenants × ~1,200 tokens, 60 requests, 4 in flight; vllm-a's cache reset "
                                        f"at {at:g}s", arrivals, 4, runs=4,
                       resets=(PodRestart(at, RESET_POD, 0, reset=True),))
-
-
-def reset_at(url: str, after: float) -> threading.Timer:
-    """POST /reset_prefix_cache?reset_running_requests=true to `url` `after` seconds from now."""
-    def reset() -> None:
-        request = urllib.request.Request(url + "/reset_prefix_cache?reset_running_requests=true", data=b"",
-                                         method="POST")
-        with urllib.request.urlopen(request, timeout=30) as response:
-            answer = json.load(response)
-        if not answer.get("success"):
-            print(f"  the reset of {url} failed: {answer}", flush=True)
-
-    timer = threading.Timer(after, reset)
-    timer.start()
-    return timer
 
 
 def delivery_delays(pair: VllmPair, profile: LatencyProfile, experiment: Experiment) -> dict[str, Any]:
@@ -110,17 +95,7 @@ def compare(pair: VllmPair, profile: LatencyProfile, *, runs: int | None, seeds:
         tokenizer = ServerCountedTokenizer(pair.servers[0].url, experiment.arrivals)
         with serve_process(pair.backends, (), 0, pair.log_dir / "serve.log") as serve:
             send_spacing = reply_spacing_seconds(serve.url, model, experiment.arrivals, experiment.concurrency)
-        measured: dict[str, list[Run]] = {setting.label: [] for setting in SETTINGS}
-        for run in range(runs or experiment.runs):
-            for setting in SETTINGS:
-                timers = [reset_at(pair.servers[restart.pod].url, restart.at) for restart in experiment.resets]
-                result, report, _ = measure(pair, experiment, setting, profile, seed=100 + run)
-                for timer in timers:
-                    timer.join()
-                measured[setting.label].append(result)
-                print(f"  {experiment.name} / {setting.label} run {run + 1}: hit rate {result.hit_rate:.1%}, per pod "
-                      f"{[p.requests for p in report.pods]}, TTFT p50 {result.ttft_p50 * 1000:.0f} ms, "
-                      f"p95 {result.ttft_p95 * 1000:.0f} ms, failed {result.failed}", flush=True)
+        measured = measure_rounds(pair, experiment, SETTINGS, profile, runs or experiment.runs)
         for setting in SETTINGS:
             predicted = predict_runs(pair, profile, experiment, tokenizer, setting, range(1, seeds + 1), send_spacing)
             rows.append(Row(experiment.name, setting.label, tuple(measured[setting.label]), tuple(predicted)))
@@ -160,9 +135,8 @@ def main(argv: list[str] | None = None) -> int:
           f"cache-pressure run): p50 {delays['p50'] * 1000:.2f} ms, p95 {delays['p95'] * 1000:.2f} ms, max "
           f"{delays['max'] * 1000:.2f} ms over {delays['batches']} batches\n")
     print(format_rows(rows) + "\n")
-    for experiment in dict.fromkeys(row.experiment for row in rows):
-        mine = [row for row in rows if row.experiment == experiment]
-        print(f"{experiment}: measured ranking {' > '.join(ranking(mine, 0))}; predicted {' > '.join(ranking(mine, 1))}")
+    for experiment, line in ranking_lines(rows).items():
+        print(line)
         print(f"  stale picks of the approximate index, predicted: {stale[experiment]}")
     for line in target_tallies(rows):
         print(line)

@@ -26,13 +26,13 @@ import tempfile
 import time
 from pathlib import Path
 
-from benchmarks.underload import (NO_PREFIX, Experiment, Row, Run, Setting, add_pair_options, add_run_options,
-                                  benchmark_pair, calibrate_pair, format_rows, measure, parse_run_options,
-                                  predict_runs, ranking, reply_spacing_seconds, serve_process, target_tallies)
+from benchmarks.underload import (NO_PREFIX, Experiment, Row, Setting, add_pair_options, add_run_options,
+                                  benchmark_pair, calibrate_pair, format_rows, measure_rounds, parse_run_options,
+                                  predict_runs, ranking_lines, reply_spacing_seconds, serve_process, target_tallies)
 from routing.lab.trace import slice_conversations
 from routing.lab.vllm_server import StepError, VllmUnavailable, resolve_vllm_python
 from routing.picker.prefix import EstimateTokenizer
-from routing.traces import read_trace, write_trace
+from routing.traces import read_trace, repeated_share, write_trace
 from routing.workloads import load_arrivals
 
 REPO = Path(__file__).resolve().parent.parent
@@ -51,7 +51,7 @@ def slice_experiment(trace_path: Path, model: str, scratch: Path, runs: int) -> 
     path = scratch / "slice.jsonl"
     write_trace(path, kept)
     arrivals = tuple(load_arrivals(str(path), model, ID_TOKENS, trace_prompts=True))
-    share = read_trace(path, id_tokens=ID_TOKENS).repeated_share()
+    share = repeated_share(arrival.request.traced for arrival in arrivals)
     return Experiment("conversation slice",
                       f"{len(arrivals)} requests of the conversations starting in the trace's first "
                       f"{STARTED_BEFORE:g} s, ids of {ID_TOKENS} tokens, {share:.1%} of blocks seen before "
@@ -86,14 +86,7 @@ def main(argv: list[str] | None = None) -> int:
             with serve_process(pair.backends, (), 0, pair.log_dir / "serve.log") as serve:
                 spacing = reply_spacing_seconds(serve.url, pair.tokenizer.model, experiment.arrivals,
                                                 experiment.concurrency)
-            measured: dict[str, list[Run]] = {setting.label: [] for setting in SETTINGS}
-            for run in range(experiment.runs):
-                for setting in SETTINGS:
-                    result, report, _ = measure(pair, experiment, setting, profile, seed=100 + run)
-                    measured[setting.label].append(result)
-                    print(f"  {setting.label} run {run + 1}: hit rate {result.hit_rate:.1%}, per pod "
-                          f"{[p.requests for p in report.pods]}, TTFT p50 {result.ttft_p50 * 1000:.0f} ms, "
-                          f"p95 {result.ttft_p95 * 1000:.0f} ms, failed {result.failed}", flush=True)
+            measured = measure_rounds(pair, experiment, SETTINGS, profile, experiment.runs)
             rows = [Row(experiment.name, setting.label, tuple(measured[setting.label]),
                         tuple(predict_runs(pair, profile, experiment, EstimateTokenizer(), setting,
                                            range(1, args.seeds + 1), spacing)))
@@ -102,7 +95,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"bench: {error}\nbench: fix: {error.fix}", file=sys.stderr)
         return 1
     print("\n" + format_rows(rows) + "\n")
-    print(f"measured ranking {' > '.join(ranking(rows, 0))}; predicted {' > '.join(ranking(rows, 1))}")
+    for line in ranking_lines(rows).values():
+        print(line)
     for line in target_tallies(rows):
         print(line)
     print(f"\n{(time.monotonic() - started) / 60:.0f} min")

@@ -32,7 +32,7 @@ import sys
 import time
 
 from benchmarks.underload import (Experiment, add_pair_options, add_run_options, benchmark_pair, calibrate_pair,
-                                  compare, format_rows, parse_run_options, ranking, target_tallies)
+                                  compare, format_rows, parse_run_options, ranking_lines, target_tallies)
 from routing.lab.vllm_server import StepError, VllmUnavailable, resolve_vllm_python
 from routing.simulation.latency import LatencyProfile
 
@@ -70,11 +70,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"bench: {error}\nbench: fix: {error.fix}", file=sys.stderr)
         return 1
     print(f"\n{format_rows(rows)}\n")
-    for experiment in dict.fromkeys(row.experiment for row in rows):
-        mine = [row for row in rows if row.experiment == experiment]
-        measured, predicted = ranking(mine, 0), ranking(mine, 1)
-        print(f"{experiment}: by hit rate, measured {' > '.join(measured)}; predicted {' > '.join(predicted)} "
-              f"-> {'same' if measured == predicted else 'DIFFERENT'}")
+    for line in ranking_lines(rows).values():
+        print(line)
     print("\ntargets:")
     for line in target_tallies(rows):
         print(f"  {line}")

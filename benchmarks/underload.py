@@ -530,6 +530,39 @@ def measure(pair: VllmPair, experiment: Experiment, setting: Setting, profile: L
                cpu_takers=cpu.describe()), report, sent
 
 
+def reset_at(url: str, after: float) -> threading.Timer:
+    """POST /reset_prefix_cache?reset_running_requests=true to `url` `after` seconds from now."""
+    def reset() -> None:
+        request = urllib.request.Request(url + "/reset_prefix_cache?reset_running_requests=true", data=b"",
+                                         method="POST")
+        with urllib.request.urlopen(request, timeout=30) as response:
+            answer = json.load(response)
+        if not answer.get("success"):
+            print(f"  the reset of {url} failed: {answer}", flush=True)
+
+    timer = threading.Timer(after, reset)
+    timer.start()
+    return timer
+
+
+def measure_rounds(pair: VllmPair, experiment: Experiment, settings: Sequence[Setting], profile: LatencyProfile,
+                   runs: int) -> dict[str, list[Run]]:
+    """`runs` rounds in which every setting takes a turn (`measure`, the experiment's cache resets
+    at their times), each run printed as it ends: the runs by setting label."""
+    measured: dict[str, list[Run]] = {setting.label: [] for setting in settings}
+    for run in range(runs):
+        for setting in settings:
+            timers = [reset_at(pair.servers[restart.pod].url, restart.at) for restart in experiment.resets]
+            result, report, _ = measure(pair, experiment, setting, profile, seed=100 + run)
+            for timer in timers:
+                timer.join()
+            measured[setting.label].append(result)
+            print(f"  {experiment.name} / {setting.label} run {run + 1}: hit rate {result.hit_rate:.1%}, per pod "
+                  f"{[p.requests for p in report.pods]}, TTFT p50 {result.ttft_p50 * 1000:.0f} ms, "
+                  f"p95 {result.ttft_p95 * 1000:.0f} ms, failed {result.failed}", flush=True)
+    return measured
+
+
 def server_totals(pair: VllmPair) -> dict[str, tuple[float, float]]:
     """(sum, count) of vLLM's TTFT and inter-token latency histograms over both servers."""
     totals = {TTFT_HISTOGRAM: (0.0, 0.0), ITL_HISTOGRAM: (0.0, 0.0)}
@@ -661,6 +694,17 @@ def _sticky_comparison(calibrated: Sequence[Run], at_default: Sequence[Run]) -> 
 def ranking(rows: Sequence[Row], side: int) -> list[str]:
     """Settings by hit rate, best first (side 0 measured, 1 predicted)."""
     return [row.setting for row in sorted(rows, key=lambda row: -row.figure("hit_rate")[side])]
+
+
+def ranking_lines(rows: Sequence[Row]) -> dict[str, str]:
+    """Per experiment, its settings ranked by hit rate, measured and predicted, and whether they agree."""
+    lines = {}
+    for experiment in dict.fromkeys(row.experiment for row in rows):
+        mine = [row for row in rows if row.experiment == experiment]
+        measured, predicted = ranking(mine, 0), ranking(mine, 1)
+        lines[experiment] = (f"{experiment}: by hit rate, measured {' > '.join(measured)}; predicted "
+                             f"{' > '.join(predicted)} -> {'same' if measured == predicted else 'DIFFERENT'}")
+    return lines
 
 
 def format_rows(rows: Sequence[Row]) -> str:

@@ -88,25 +88,36 @@ def synthetic_tokens(prompt: TracedPrompt) -> list[int]:
     return tokens
 
 
+def distinct_blocks(prompts: Iterable[TracedPrompt]) -> int:
+    return len({block for prompt in prompts for block in prompt.ids})
+
+
+def repeated_share(prompts: Iterable[TracedPrompt]) -> float:
+    """The share of the prompts' blocks that an earlier prompt already named: the hit rate of a
+    placement with one cache that never evicts, counted in blocks (the figure Mooncake-style
+    traces are compared by)."""
+    prompts = list(prompts)
+    total = sum(len(prompt.ids) for prompt in prompts)
+    return (total - distinct_blocks(prompts)) / total if total else 0.0
+
+
 @dataclass(frozen=True)
 class BlockTrace:
-    """A trace's requests in file order, the size of the blocks its ids stand for, and how many
-    distinct blocks it names."""
+    """A trace's requests in file order, and the size of the blocks its ids stand for."""
 
     requests: tuple[TracedRequest, ...]
     id_tokens: int
-    distinct_blocks: int
 
     @property
     def timed(self) -> bool:
         return bool(self.requests) and self.requests[0].at is not None
 
+    @property
+    def distinct_blocks(self) -> int:
+        return distinct_blocks(request.prompt for request in self.requests)
+
     def repeated_share(self) -> float:
-        """The share of the trace's blocks that an earlier request already named: the hit rate
-        of a placement with one cache that never evicts, counted in blocks (the figure
-        Mooncake-style traces are compared by)."""
-        total = sum(len(request.prompt.ids) for request in self.requests)
-        return (total - self.distinct_blocks) / total if total else 0.0
+        return repeated_share(request.prompt for request in self.requests)
 
 
 def _whole(value: Any, least: int) -> bool:
@@ -184,7 +195,7 @@ def read_trace(path: str | Path, lines: Sequence[str] | None = None,
                                       TracedPrompt(tuple(numbered), length, id_tokens), output, number))
     if not requests:
         raise TraceError(f"trace {path}: holds no requests")
-    return BlockTrace(tuple(requests), id_tokens, len(parents))
+    return BlockTrace(tuple(requests), id_tokens)
 
 
 def write_trace(path: Path, requests: Iterable[TracedRequest]) -> None:

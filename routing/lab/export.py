@@ -33,7 +33,8 @@ from typing import Any, Iterator, Sequence
 from routing.options import positive_int
 from routing.picker.endpoint_picker import Request
 from routing.picker.prefix import HFTokenizerFile, TokenizerFileError, server_tokens
-from routing.traces import MOONCAKE_BLOCK_TOKENS, is_trace_line
+from routing.picker.traced import TracedPrompt
+from routing.traces import MOONCAKE_BLOCK_TOKENS, TracedRequest, is_trace_line, write_trace
 from routing.workloads import DEFAULT_OUTPUT_TOKENS, OUTPUT_LENGTH_KEYS, WorkloadError, load_arrivals
 
 BATCH_KEYS = frozenset({"custom_id", "method", "url", "body"})
@@ -169,12 +170,13 @@ def export(path: Path, out: Path, tokenizer: HFTokenizerFile, salt: bytes,
            block_tokens: int = MOONCAKE_BLOCK_TOKENS, unit: str = "s") -> dict[str, int]:
     """Writes `path`'s requests to `out` as a block-hash trace; returns what it wrote and
     assumed: {"requests", "defaultedOutputs"}."""
-    lines, defaulted = [], 0
-    requests = list(read_requests(path, unit))
-    timed = all(logged.at is not None for logged in requests)
-    order = sorted(range(len(requests)), key=lambda index: requests[index].at or 0.0) if timed else range(len(requests))
-    for index in order:
-        logged = requests[index]
+    logs = list(read_requests(path, unit))
+    timed = all(logged.at is not None for logged in logs)
+    if timed:
+        logs.sort(key=lambda logged: logged.at)
+    traced: list[TracedRequest] = []
+    defaulted = 0
+    for logged in logs:
         try:
             request = Request.from_openai_body(logged.body)
         except ValueError as error:
@@ -183,18 +185,14 @@ def export(path: Path, out: Path, tokenizer: HFTokenizerFile, salt: bytes,
         if output is None:
             output, defaulted = DEFAULT_OUTPUT_TOKENS, defaulted + 1
         for tokens in server_tokens(tokenizer, request):
-            if not tokens:
-                continue
-            line = {"input_length": len(tokens), "output_length": output,
-                    "hash_ids": block_ids(tokens, salt, block_tokens)}
-            if timed:
-                line = {"timestamp": round(logged.at * 1000), **line}
-            lines.append(json.dumps(line))
-    if not lines:
+            if tokens:
+                prompt = TracedPrompt(tuple(block_ids(tokens, salt, block_tokens)), len(tokens), block_tokens)
+                traced.append(TracedRequest(logged.at if timed else None, prompt, output, len(traced) + 1))
+    if not traced:
         raise ExportError(f"{path}: no request has a prompt to export")
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text("\n".join(lines) + "\n", encoding="utf-8")
-    return {"requests": len(lines), "defaultedOutputs": defaulted}
+    write_trace(out, traced)
+    return {"requests": len(traced), "defaultedOutputs": defaulted}
 
 
 def add_parser(commands: argparse._SubParsersAction) -> None:

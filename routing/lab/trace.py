@@ -17,7 +17,7 @@ from typing import Mapping
 
 from routing.lab import export
 from routing.options import nonnegative_seconds, positive_int
-from routing.traces import BlockTrace, TraceError, TracedRequest, read_trace, write_trace
+from routing.traces import BlockTrace, TraceError, TracedRequest, read_trace, repeated_share, write_trace
 
 # Mooncake's FAST'25 release at the commit that added it ("add FAST25 release", 2025-02-21); the
 # files are unchanged at the repository's head of 2026-08-22. Each is checked by its git blob id
@@ -197,9 +197,9 @@ def run_slice(args: argparse.Namespace) -> int:
         print(f"trace slice: no conversation starts before {args.started_before:g} s", file=sys.stderr)
         return 1
     write_trace(args.out, kept)
-    sliced = read_trace(args.out, id_tokens=args.block_tokens)
+    share = repeated_share(request.prompt for request in kept)
     print(f"{args.out}: {len(kept)} requests of the conversations starting before {args.started_before:g} s, ids of "
-          f"{args.block_tokens} tokens, {sliced.repeated_share():.1%} of their blocks seen before"
+          f"{args.block_tokens} tokens, {share:.1%} of their blocks seen before"
           + (f"; {too_long} left out, longer than {args.max_model_len} tokens" if too_long else ""))
     print(f"predict and verify it with --workload {args.out} --trace-block-tokens {args.block_tokens}")
     return 0

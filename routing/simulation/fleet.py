@@ -302,11 +302,9 @@ def prepare(requests: Sequence[Request], output_lens: Sequence[int], tokenizer: 
     Not split over a forked child as the fleets are: a child and its parent each copy every page
     they write to after the fork, and preparing touches every request, so the copies cost what
     the second core saved (measured on 100,000 requests: 0.95 s split, 0.72 s here)."""
-    if isinstance(hash_plan, PrecisePlan) and hash_plan.block_tokens != block_size:
-        raise UnsupportedRequest(f"the precise prefix index keys blocks of {hash_plan.block_tokens} tokens "
-                                 f"(tokenProcessorConfig.blockSizeTokens) and the servers cache blocks of {block_size}: "
-                                 "its keys would never line up with the servers' events. Predict with --block-size "
-                                 f"{hash_plan.block_tokens}, as the stack runs vLLM with the index's block size")
+    problem = precise_block_size_problem(hash_plan, block_size)
+    if problem:
+        raise UnsupportedRequest(problem)
     picker_hashes = isinstance(hash_plan, HashPlan)
     with collection_paused():
         lens, keys, hashes = [], [], []
@@ -314,17 +312,15 @@ def prepare(requests: Sequence[Request], output_lens: Sequence[int], tokenizer: 
             if request.traced is not None:
                 lens.append(request.traced.length)
                 keys.append(request.traced.keys(block_size))
-                if picker_hashes:
-                    hashes.append(hash_plan.hashes(request))
-                continue
-            sequences = server_tokens(tokenizer, request, packed=True)
-            if len(sequences) != 1:
-                raise UnsupportedRequest(f"workload request {index} holds {len(sequences)} prompts in one completion: "
-                                         "under load each request is simulated as one sequence; predict it serially "
-                                         "(no --rate/--concurrency, no \"at\" times) or split it into one request "
-                                         "per prompt")
-            lens.append(len(sequences[0]))
-            keys.append(server_block_keys(sequences[0], block_size))
+            else:
+                sequences = server_tokens(tokenizer, request, packed=True)
+                if len(sequences) != 1:
+                    raise UnsupportedRequest(f"workload request {index} holds {len(sequences)} prompts in one "
+                                             "completion: under load each request is simulated as one sequence; "
+                                             "predict it serially (no --rate/--concurrency, no \"at\" times) or split "
+                                             "it into one request per prompt")
+                lens.append(len(sequences[0]))
+                keys.append(server_block_keys(sequences[0], block_size))
             if picker_hashes:
                 hashes.append(hash_plan.hashes(request))
     return Prepared(tuple(requests), tuple(lens), tuple(output_lens), tuple(keys), block_size, hash_plan, tuple(hashes))
@@ -332,6 +328,15 @@ def prepare(requests: Sequence[Request], output_lens: Sequence[int], tokenizer: 
 
 class UnsupportedRequest(ValueError):
     """A request the simulation under load does not model, with what to do instead."""
+
+
+def precise_block_size_problem(plan: HashPlan | PrecisePlan | None, block_size: int) -> str | None:
+    """Why a precise index's plan cannot key servers caching blocks of `block_size`, or None."""
+    if not isinstance(plan, PrecisePlan) or plan.block_tokens == block_size:
+        return None
+    return (f"--block-size {block_size}: the precise prefix index keys blocks of {plan.block_tokens} tokens "
+            "(tokenProcessorConfig.blockSizeTokens), so its keys would never match the servers' events; predict "
+            f"with --block-size {plan.block_tokens}, the block size the stack gives vLLM")
 
 
 @dataclass(frozen=True)

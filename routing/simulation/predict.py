@@ -38,7 +38,7 @@ from routing.simulation.latency import (DEFAULT_LATENCY, DEFAULT_LATENCY_NOTE, D
 from routing.simulation.load_plan import plan_load, replays_in_time
 from routing.simulation.prediction import Baseline, Load, PredictError, Prediction, run_prediction
 from routing.tables import percent
-from routing.traces import MOONCAKE_BLOCK_TOKENS
+from routing.traces import MOONCAKE_BLOCK_TOKENS, repeated_share
 from routing.workloads import (BUILTIN_WORKLOADS as BUILTIN, DEFAULT_OUTPUT_TOKENS, Arrival, PodRestart,
                                WeightChange, WorkloadError, load_arrivals, load_pod_restarts, load_weight_changes)
 from settings import MODELLED_VLLM_VERSION, lru_conflict, other_vllm_release
@@ -472,9 +472,8 @@ def _setup(args: argparse.Namespace) -> _Setup:
 def trace_note(prompts: Sequence[TracedPrompt]) -> str:
     """What a block-hash trace is, and the bound its repeats set on any placement's hit rate."""
     blocks = sum(len(prompt.ids) for prompt in prompts)
-    distinct = len({block for prompt in prompts for block in prompt.ids})
     return (f"a block-hash trace: {len(prompts):,} requests, {sum(prompt.length for prompt in prompts):,} prompt tokens "
-            f"in {blocks:,} blocks of {prompts[0].id_tokens} tokens, {(blocks - distinct) / blocks:.1%} of them seen "
+            f"in {blocks:,} blocks of {prompts[0].id_tokens} tokens, {repeated_share(prompts):.1%} of them seen "
             "before in the trace (the hit rate's bound with an unlimited cache, in blocks)")
 
 

@@ -11,14 +11,15 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
 from routing.picker.endpoint_picker import (DEFAULT_PICKER_VERSION, Decision, EndpointPicker, Hashed, HashPlan, Picker,
-                                            PickerConfigError, PodMetrics, PrecisePlan, Request, RoundRobinPicker,
+                                            PickerConfigError, PodMetrics, Request, RoundRobinPicker,
                                             with_default_weights)
 from routing.picker.prefix import EstimateTokenizer, Tokenizer, server_tokens
 from routing.simulation.engine import CapacityError
 from routing.simulation.fleet import (DEFAULT_BLOCK_SIZE, DEFAULT_CAPACITY_BLOCKS, DEFAULT_EVENT_DELAY,
                                       DEFAULT_SCRAPE_INTERVAL, Fleet, StalePicks,
                                       LoadResult, Prepared, SimulatedServer, SimulationResult, UnsupportedRequest,
-                                      prepare, simulate_side_by_side, simulate_under_load)
+                                      precise_block_size_problem, prepare, simulate_side_by_side,
+                                      simulate_under_load)
 from routing.simulation.latency import DEFAULT_LATENCY, DEFAULT_LIMITS, EngineLimits, LatencyModel, percentile
 from routing.simulation.load_plan import LoadPlan
 from routing.simulation.parallel import run_beside
@@ -183,10 +184,9 @@ def run_prediction(requests: Sequence[Request], *, weights: Mapping[str, int] | 
         weights = with_default_weights(weights)
         pickers = replica_pickers(weights, picker_replicas, seed, picker_version, tokenizer, precise)
     plan = pickers[0].hash_plan(block_size)
-    if isinstance(plan, PrecisePlan) and plan.block_tokens != block_size:
-        raise PredictError(f"--block-size {block_size}: the precise prefix index keys blocks of {plan.block_tokens} "
-                           "tokens (tokenProcessorConfig.blockSizeTokens), so its keys would never match the servers' "
-                           f"events; predict with --block-size {plan.block_tokens}, the block size the stack gives vLLM")
+    problem = precise_block_size_problem(plan, block_size)
+    if problem:
+        raise PredictError(problem)
     names = tuple(f"{pod_prefix}-{i}" for i in range(replicas))
 
     # The best any placement could do: a request can only hit blocks some earlier request left
