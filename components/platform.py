@@ -16,6 +16,7 @@ from components.gateway_api import GatewayApiDataPlane
 from components.gpu_nodes import GpuNodes
 from components.gpu_nodes.render import node_selector
 from components.hyperpod import ExistingHyperPodCluster, HyperPodCluster
+from components.karpenter import HyperPodNodePool, Karpenter
 from components.llmd_router import LlmdRouter
 from components.network_policy import FrontDoorPolicies
 from components.observability import Observability
@@ -51,14 +52,26 @@ def gpu_capacity(settings: Settings, eks_cluster: Cluster | ExistingCluster, *, 
             subnet_ids=eks_cluster.subnet_ids, security_group_id=eks_cluster.security_group_id, region=region,
             chart_path=dependencies_chart_path(settings.hyperpod, project_dir, relative=True),
             k8s_provider=eks_cluster.provider, depends_on=eks_cluster.ready)
-        return GpuCapacity(ready=[hyperpod], node_selector=node_selector(), hyperpod=hyperpod)
+        ready: list[pulumi.Resource] = [hyperpod]
+        if settings.hyperpod.karpenter is not None:
+            ready.append(HyperPodNodePool("hyperpod-karpenter", settings=settings.hyperpod,
+                                          k8s_provider=eks_cluster.provider, depends_on=[hyperpod]))
+        return GpuCapacity(ready=ready, node_selector=node_selector(), hyperpod=hyperpod)
     if settings.gpu_nodes is not None:
         gpu_nodes = GpuNodes("gpu-nodes", settings=settings.gpu_nodes, cluster=eks_cluster.eks,
                              node_role=eks_cluster.node_role, node_policies=eks_cluster.node_policies,
                              subnet_ids=eks_cluster.subnet_ids, k8s_provider=eks_cluster.provider,
                              opts=pulumi.ResourceOptions(depends_on=eks_cluster.ready))
-        # Model pods can only start once GPU nodes and the device plugin are there.
-        return GpuCapacity(ready=[gpu_nodes], node_selector=node_selector())
+        ready = [gpu_nodes]
+        if settings.gpu_nodes.karpenter is not None:
+            ready.append(Karpenter(
+                "karpenter", settings=settings.gpu_nodes, cluster_name=eks_cluster.name, region=region,
+                node_role=eks_cluster.node_role, subnet_ids=eks_cluster.subnet_ids,
+                security_group_id=eks_cluster.security_group_id, oidc_provider_arn=eks_cluster.oidc_provider_arn,
+                oidc_issuer_url=eks_cluster.oidc_issuer_url, k8s_provider=eks_cluster.provider,
+                depends_on=eks_cluster.ready))
+        # Model pods can only start once GPU nodes (or the NodePool that brings them) and the device plugin are there.
+        return GpuCapacity(ready=ready, node_selector=node_selector())
     # An existing plain EKS cluster brings its own GPU nodes and device plugin.
     return GpuCapacity()
 

@@ -34,10 +34,11 @@ class NoResourceReferencesMonitor(pulumi_mocks.MockMonitor):
         self.registrations: dict[tuple[str, str], Any] = {}
 
     def RegisterResource(self, request):
-        # Resource options the mocks' new_resource does not see: parent and replacement behaviour.
+        # Resource options the mocks' new_resource does not see: parent, replacement and ignored changes.
         self.registrations[(request.type, request.name)] = {
             "parent": request.parent, "deleteBeforeReplace": request.deleteBeforeReplace,
-            "replaceOnChanges": list(request.replaceOnChanges), "dependencies": list(request.dependencies),
+            "replaceOnChanges": list(request.replaceOnChanges), "ignoreChanges": list(request.ignoreChanges),
+            "dependencies": list(request.dependencies),
             "customTimeouts": {"create": request.customTimeouts.create, "update": request.customTimeouts.update}}
         return super().RegisterResource(request)
 
@@ -95,6 +96,12 @@ class CloudMocks(pulumi.runtime.Mocks):
             workspace = f"ws-{args.name}-0123"
             outputs.update(arn=f"arn:aws:aps:us-west-2:123456789012:workspace/{workspace}",
                            prometheusEndpoint=f"https://aps-workspaces.us-west-2.amazonaws.com/workspaces/{workspace}/")
+        elif args.typ == "aws:sqs/queue:Queue":
+            queue = f"{args.name}-0123"
+            outputs.update(name=queue, arn=f"arn:aws:sqs:us-west-2:123456789012:{queue}",
+                           url=f"https://sqs.us-west-2.amazonaws.com/123456789012/{queue}")
+        elif args.typ == "aws:cloudwatch/eventRule:EventRule":
+            outputs["name"] = f"{args.name}-0123"
         elif args.typ == "aws:iam/role:Role":
             outputs["arn"] = f"arn:aws:iam::123456789012:role/{args.name}"
             outputs["name"] = args.name

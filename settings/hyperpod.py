@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import re
 import subprocess
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -29,11 +30,15 @@ from .model import (
     default_of,
     frozen_mapping,
 )
+from .node_autoscaling import NodeAutoscalingParser
 from .reader import MISSING, Coerce, ConfigNode, Problems, decode_json
 from .instance_types import unknown_type_message
 from .sagemaker_limits import StringShape, create_cluster_limits
 
-HYPERPOD_KEYS = ("name", "existing", "arn", "instanceGroups", "nodeRecovery", "dependenciesChart")
+HYPERPOD_KEYS = ("name", "existing", "arn", "instanceGroups", "nodeRecovery", "dependenciesChart", "autoscaler",
+                 "karpenter")
+# What only a cluster this stack creates takes.
+NEW_CLUSTER_KEYS = {"instanceGroups", "nodeRecovery", "dependenciesChart", "autoscaler", "karpenter"}
 INSTANCE_GROUP_KEYS = ("name", "instanceType", "count", "threadsPerCore", "extraStorageGiB", "deepHealthChecks",
                        "labels", "taints")
 TAINT_KEYS = ("key", "value", "effect")
@@ -117,8 +122,19 @@ class HyperPodParser:
             if "name" not in node.names() and (message := _cluster_name_message(hyperpod_name)):
                 self.problems.add("hyperpod.name", NOT_SET, f"defaults to {hyperpod_name!r}, which {message} "
                                                              "Set it with `pulumi config set hyperpod.name <name>`.")
-        return HyperPodSettings(name=hyperpod_name, existing=False, instance_groups=groups,
-                                node_recovery=recovery, dependencies_chart=chart)
+        settings = HyperPodSettings(name=hyperpod_name, existing=False, instance_groups=groups,
+                                    node_recovery=recovery if recovery is not MISSING else "Automatic",
+                                    dependencies_chart=chart)
+        nodes = NodeAutoscalingParser(self.problems, c)
+        autoscaler = nodes.autoscaler(node)
+        if autoscaler == "karpenter":
+            karpenter = nodes.hyperpod(node.child("karpenter"), settings)
+            return replace(settings, autoscaler="karpenter", karpenter=karpenter) if karpenter else settings
+        if "karpenter" in node.names():
+            self.problems.add("hyperpod.karpenter", node.given("karpenter"),
+                              "applies with hyperpod.autoscaler karpenter. Set `pulumi config set hyperpod.autoscaler "
+                              "karpenter`, or remove it (`pulumi config rm --path hyperpod.karpenter`).")
+        return settings
 
     def existing(self, node: ConfigNode, name: Any) -> HyperPodSettings:
         arn = node.leaf("arn", self.coerce.string(_arn_message), MISSING)
@@ -128,7 +144,7 @@ class HyperPodParser:
             if value is MISSING and required not in node.names():
                 self.problems.add(f"hyperpod.{required}", NOT_SET,
                                   f"is required with hyperpod.existing: {what} (`pulumi config set hyperpod.{required} ...`).")
-        for only_new in sorted(node.names() & {"instanceGroups", "nodeRecovery", "dependenciesChart"}):
+        for only_new in sorted(node.names() & NEW_CLUSTER_KEYS):
             self.problems.add(f"hyperpod.{only_new}", node.given(only_new),
                               "applies only to a HyperPod cluster this stack creates; an existing one is used as it is. "
                               f"Remove it (`pulumi config rm --path hyperpod.{only_new}`).")
@@ -303,7 +319,8 @@ def free_gpus_after_placing(hyperpod: HyperPodSettings, models: tuple[ModelSetti
 
 
 def capacity_problems(hyperpod: HyperPodSettings, models: tuple[ModelSettings, ...], problems: Problems) -> None:
-    """HyperPod groups are fixed in size: models that do not fit would stay Pending, so they are refused."""
+    """Models that do not fit would stay Pending, so they are refused: HyperPod groups are fixed in size, and
+    Karpenter's NodePool stops at its GPU limit."""
     if hyperpod.existing or not hyperpod.instance_groups or not models:
         return
     wanted = sum(m.max_replicas * m.gpus for m in models)
@@ -317,6 +334,15 @@ def capacity_problems(hyperpod: HyperPodSettings, models: tuple[ModelSettings, .
         problems.add(f"models[{index}].gpus", model.gpus,
                      f"is more than any instance group's GPUs per instance ({largest}); a vLLM replica runs on "
                      "one instance. Use a larger instance type or fewer GPUs.")
+    if hyperpod.karpenter is not None and not too_wide:
+        # Karpenter adds instances to its groups up to the NodePool's limit, on top of the counts set.
+        if wanted > hyperpod.gpus + hyperpod.karpenter.gpu_limit:
+            problems.add("hyperpod.karpenter.gpuLimit", hyperpod.karpenter.gpu_limit,
+                         f"with the instance groups' own {hyperpod.gpus} GPUs gives {hyperpod.gpus + hyperpod.karpenter.gpu_limit}, "
+                         f"fewer than the models ask for ({wanted}): Karpenter stops at the limit and the rest stay "
+                         "Pending. Raise it to at least "
+                         f"{wanted - hyperpod.gpus}, or lower replicas (or maxReplicas).")
+        return
     if not too_wide and free_gpus_after_placing(hyperpod, models) is None:
         problems.add("hyperpod.instanceGroups", f"<{summary}>",
                      f"cannot hold the models' replicas: they ask for {wanted} GPUs ({counted} x gpus, each replica "
@@ -328,7 +354,8 @@ def hyperpod_warnings(hyperpod: HyperPodSettings, models: tuple[ModelSettings, .
     warnings = []
     if hyperpod.existing or not hyperpod.instance_groups:
         return warnings
-    free = free_gpus_after_placing(hyperpod, models) if models else None
+    # Karpenter starts an instance for a rolling update's extra pod; fixed groups need a spare.
+    free = free_gpus_after_placing(hyperpod, models) if models and hyperpod.karpenter is None else None
     widest = max((m.gpus for m in models), default=0)
     if free is not None and not any(left >= widest for left in free):
         warnings.append(f"the models leave no instance with {widest} free GPU(s), so a rolling update (which starts "

@@ -15,6 +15,16 @@ from typing import Any
 
 from .reader import did_you_mean
 
+# GPUs per instance for common GPU instance types, to warn when the node group cannot hold
+# the replicas asked for. Unknown types are not checked.
+GPUS_PER_INSTANCE = {
+    "g4dn.xlarge": 1, "g4dn.2xlarge": 1, "g4dn.4xlarge": 1, "g4dn.8xlarge": 1, "g4dn.12xlarge": 4, "g4dn.16xlarge": 1,
+    "g5.xlarge": 1, "g5.2xlarge": 1, "g5.4xlarge": 1, "g5.8xlarge": 1, "g5.16xlarge": 1, "g5.12xlarge": 4,
+    "g5.24xlarge": 4, "g5.48xlarge": 8, "g6.xlarge": 1, "g6.2xlarge": 1, "g6.4xlarge": 1, "g6.8xlarge": 1,
+    "g6.16xlarge": 1, "g6.12xlarge": 4, "g6.24xlarge": 4, "g6.48xlarge": 8, "g6e.xlarge": 1, "g6e.2xlarge": 1,
+    "g6e.12xlarge": 4, "g6e.48xlarge": 8, "p4d.24xlarge": 8, "p5.48xlarge": 8,
+}
+
 # A family list longer than this (EC2 has some 200 families) is no help to read; the suggestion is.
 MAX_FAMILIES_LISTED = 60
 

@@ -317,6 +317,29 @@ class ClusterSettings:
     system_nodes: SystemNodeSettings = SystemNodeSettings()
 
 
+# Node autoscalers: none keeps the GPU nodes at the sizes set; karpenter adds and removes them.
+NODE_AUTOSCALERS = ("none", "karpenter")
+
+
+@dataclass(frozen=True)
+class KarpenterSettings:
+    """gpuNodes.karpenter on plain EKS: the GPU NodePool and its EC2NodeClass."""
+
+    instance_families: tuple[str, ...] = ("g5",)
+    capacity_types: tuple[str, ...] = ("on-demand",)
+    # The most GPUs the NodePool may hold at once (its spec.limits), on top of any managed baseline.
+    gpu_limit: int = 8
+    # Empty nodes go only after this long: a replica that scales back in soon finds its node (and
+    # the image on its disk) still there. Karpenter's own default is 0s.
+    consolidate_after: str = "10m"
+    # At most this many nodes (or percent) disrupted at once, for consolidation, drift and expiry alike.
+    disruption_budget: str = "1"
+    # A pinned AL2023 EKS AMI release: Karpenter picks its NVIDIA variant for GPU instances, and
+    # replaces nodes (and their warm caches) only when this pin moves. The release Karpenter
+    # v1.14.1's own AMI tests use (test/suites/ami/suite_test.go).
+    ami_alias: str = "al2023@v20260520"
+
+
 @dataclass(frozen=True)
 class GpuNodeSettings:
     instance_types: tuple[str, ...] = ("g5.xlarge",)
@@ -325,6 +348,19 @@ class GpuNodeSettings:
     disk_size_gib: int = 200
     ami_type: str = "AL2023_x86_64_NVIDIA"
     time_slicing: int = 1
+    autoscaler: str = "none"
+    karpenter: KarpenterSettings | None = None
+
+    @property
+    def managed_group(self) -> bool:
+        """Whether a managed GPU node group is declared: always without Karpenter; with it, only as a
+        baseline (gpuNodes.max above 0)."""
+        return self.size.max > 0
+
+    @property
+    def arch(self) -> str:
+        """The Kubernetes architecture of the AMI type's nodes."""
+        return "arm64" if "_ARM_64_" in self.ami_type else "amd64"
 
     @property
     def bottlerocket(self) -> bool:
@@ -364,6 +400,18 @@ class InstanceGroupSettings:
 
 
 @dataclass(frozen=True)
+class HyperPodKarpenterSettings:
+    """hyperpod.karpenter: HyperPod's managed Karpenter over some of the cluster's instance groups."""
+
+    # The instance groups Karpenter scales (its HyperpodNodeClass names them).
+    instance_groups: tuple[str, ...]
+    # The most GPUs the NodePool may hold at once (its spec.limits).
+    gpu_limit: int = 8
+    consolidate_after: str = "10m"
+    disruption_budget: str = "1"
+
+
+@dataclass(frozen=True)
 class HyperPodSettings:
     """The SageMaker HyperPod cluster the EKS cluster orchestrates: created by the stack, or attached."""
 
@@ -373,6 +421,8 @@ class HyperPodSettings:
     arn: str | None = None
     instance_groups: tuple[InstanceGroupSettings, ...] = ()
     node_recovery: str = "Automatic"
+    autoscaler: str = "none"
+    karpenter: HyperPodKarpenterSettings | None = None
     # A local clone of aws/sagemaker-hyperpod-cli: its Helm chart must be installed before the cluster.
     dependencies_chart: str = "vendor/sagemaker-hyperpod-cli"
 

@@ -16,7 +16,7 @@ from settings.picker_config import (PRECISE_PRODUCER, STICKY_PARAMETERS, PickerC
                                     load_endpoint_picker_config, precise_block_tokens, render_sticky_picker_config)
 
 from .errors import HIDDEN, NO_VALUE, NOT_SET, SettingsError
-from .instance_types import ec2_instance_type_message
+from .instance_types import GPUS_PER_INSTANCE, ec2_instance_type_message
 from .kubernetes_names import subdomain_message
 from .hyperpod import HyperPodParser, capacity_problems, hyperpod_warnings, parse_platform, picker_replica_warnings
 from .model import (DEFAULT_IMPLEMENTATION, DEFAULT_NAMESPACE, DEFAULT_PRECISE_BLOCK_SIZE, DEFAULT_PREFIX_INDEX,
@@ -25,6 +25,7 @@ from .model import (DEFAULT_IMPLEMENTATION, DEFAULT_NAMESPACE, DEFAULT_PRECISE_B
                     ROUTING_RECIPES, JwtSettings, ModelSettings, NodeGroupSize, PickerConfigMap, RoutingSettings,
                     Settings, SystemNodeSettings, default_of, frozen_mapping, is_bottlerocket)
 from .model import NetworkPolicySettings, ObservabilitySettings
+from .node_autoscaling import NodeAutoscalingParser, karpenter_capacity_problems, node_autoscaling_warnings
 from .observability import ObservabilityParser, observability_warnings
 from .precise import (block_size_message, declares_precise_producer, file_producer, model_name_message, precise_flags,
                       vllm_flag)
@@ -88,7 +89,8 @@ POD_DEFAULT_KEYS = ("resources", "nodeSelector", "tolerations", "affinity", "lab
 CLUSTER_KEYS = ("name", "existing", "version", "vpcId", "privateSubnetIds", "publicSubnetIds",
                 "endpointPublicAccess", "endpointPrivateAccess", "publicAccessCidrs", "systemNodes")
 NODE_GROUP_KEYS = ("instanceTypes", "desired", "min", "max")
-GPU_NODE_KEYS = (*NODE_GROUP_KEYS, "capacityType", "diskSize", "amiType", "timeSlicing")
+GPU_NODE_KEYS = (*NODE_GROUP_KEYS, "capacityType", "diskSize", "amiType", "timeSlicing", "autoscaler", "karpenter")
+NO_MANAGED_GPU_GROUP = NodeGroupSize(desired=0, min=0, max=0)
 GPU_AMI_TYPES = ("AL2023_x86_64_NVIDIA", "AL2023_ARM_64_NVIDIA", "BOTTLEROCKET_x86_64_NVIDIA", "BOTTLEROCKET_ARM_64_NVIDIA")
 # Flags the stack sets itself; a second copy in extraArgs would silently override or conflict.
 MANAGED_VLLM_FLAGS = ("--model", "--port", "--host", "--served-model-name", "--enable-prefix-caching",
@@ -108,17 +110,6 @@ ADDON_VERSION = re.compile(r"^v[0-9]+\.[0-9]+\.[0-9]+-eksbuild\.[0-9]+$")
 VLLM_IMAGE = re.compile(r"^(?P<repo>(?:[a-z0-9.-]+(?::[0-9]+)?/)?(?:[a-z0-9._-]+/)*vllm-openai):v?(?P<version>[0-9]+\.[0-9]+\.[0-9]+)(?P<suffix>[-+.a-z0-9]*)$")
 SUBNET_ID = re.compile(r"^subnet-[0-9a-f]{8,17}$")
 VPC_ID = re.compile(r"^vpc-[0-9a-f]{8,17}$")
-
-# GPUs per instance for common GPU instance types, to warn when the node group cannot hold
-# the replicas asked for. Unknown types are not checked.
-GPUS_PER_INSTANCE = {
-    "g4dn.xlarge": 1, "g4dn.2xlarge": 1, "g4dn.4xlarge": 1, "g4dn.8xlarge": 1, "g4dn.12xlarge": 4, "g4dn.16xlarge": 1,
-    "g5.xlarge": 1, "g5.2xlarge": 1, "g5.4xlarge": 1, "g5.8xlarge": 1, "g5.16xlarge": 1, "g5.12xlarge": 4,
-    "g5.24xlarge": 4, "g5.48xlarge": 8, "g6.xlarge": 1, "g6.2xlarge": 1, "g6.4xlarge": 1, "g6.8xlarge": 1,
-    "g6.16xlarge": 1, "g6.12xlarge": 4, "g6.24xlarge": 4, "g6.48xlarge": 8, "g6e.xlarge": 1, "g6e.2xlarge": 1,
-    "g6e.12xlarge": 4, "g6e.48xlarge": 8, "p4d.24xlarge": 8, "p5.48xlarge": 8,
-}
-
 
 def parse_settings(raw: Mapping[str, Any], *, stack: str, secret_keys: frozenset[str] = frozenset(),
                    project_dir: Path = PROJECT_DIR) -> Settings:
@@ -215,6 +206,8 @@ class _Parser:
                              namespace if isinstance(namespace, str) else DEFAULT_NAMESPACE)
         if hyperpod is not None:
             capacity_problems(hyperpod, models, self.problems)
+        if gpu_nodes is not None:
+            karpenter_capacity_problems(gpu_nodes, models, self.problems)
         gateway = self.gateway(gateway_node, models, implementation, cluster)
         hf_token = self.hf_token(top, secret_keys)
         observability = ObservabilityParser(self.problems, self.coerce).settings(
@@ -225,6 +218,7 @@ class _Parser:
             return None
         warnings = list(self.warnings(gateway, models, gpu_nodes))
         warnings += security_warnings(gateway, cluster)
+        warnings += node_autoscaling_warnings(gpu_nodes)
         warnings += observability_warnings(observability, cluster)
         if hyperpod is not None:
             warnings += hyperpod_warnings(hyperpod, models)
@@ -839,16 +833,18 @@ class _Parser:
                                endpoint_private_access=private_access is not False, public_access_cidrs=cidrs,
                                system_nodes=system)
 
-    def node_group_size(self, node: ConfigNode, default: NodeGroupSize) -> NodeGroupSize:
+    def node_group_size(self, node: ConfigNode, default: NodeGroupSize, *, may_be_empty: bool = False) -> NodeGroupSize:
+        """`may_be_empty`: max 0 declares no group (Karpenter brings the nodes)."""
         count = self.coerce.integer(minimum=0, maximum=1000)
         desired = node.leaf("desired", count, default.desired)
         low = node.leaf("min", count, default.min)
         high = node.leaf("max", count, default.max)
         if MISSING in (desired, low, high):
             return default
-        if not low <= desired <= high or high < 1:
+        if not low <= desired <= high or (high < 1 and not may_be_empty):
+            at_least = "" if may_be_empty else ", and max must be at least 1"
             self.problems.add(node.child_key("desired"), desired,
-                              f"must lie between {node.key}.min ({low}) and {node.key}.max ({high}), and max must be at least 1.")
+                              f"must lie between {node.key}.min ({low}) and {node.key}.max ({high}){at_least}.")
         return NodeGroupSize(desired=desired, min=low, max=high)
 
     def gpu_nodes(self, node: ConfigNode, cluster: ClusterSettings) -> GpuNodeSettings | None:
@@ -867,16 +863,28 @@ class _Parser:
             self.problems.add("gpuNodes.timeSlicing", time_slicing,
                               "is configured through the NVIDIA device plugin this stack installs on AL2023 nodes; "
                               "Bottlerocket ships its own plugin. Use an AL2023 amiType or timeSlicing 1.")
+        nodes = NodeAutoscalingParser(self.problems, c)
+        autoscaler = nodes.autoscaler(node)
+        karpenter = None
+        if autoscaler == "karpenter":
+            karpenter = nodes.eks(node.child("karpenter"), node, ami)
+        elif "karpenter" in node.names():
+            self.problems.add("gpuNodes.karpenter", node.given("karpenter"),
+                              "applies with gpuNodes.autoscaler karpenter. Set `pulumi config set gpuNodes.autoscaler "
+                              "karpenter`, or remove it (`pulumi config rm --path gpuNodes.karpenter`).")
+        # With Karpenter the managed GPU group is a baseline, and by default there is none.
+        size_default = NO_MANAGED_GPU_GROUP if autoscaler == "karpenter" else default_of(GpuNodeSettings, "size")
         result = GpuNodeSettings(
             instance_types=node.leaf("instanceTypes", c.string_list(c.string(ec2_instance_type_message), min_items=1),
                                      default_of(GpuNodeSettings, "instance_types")),
-            size=self.node_group_size(node, default_of(GpuNodeSettings, "size")),
+            size=self.node_group_size(node, size_default, may_be_empty=autoscaler == "karpenter"),
             capacity_type=node.leaf("capacityType", c.choice(("ON_DEMAND", "SPOT")),
                                     default_of(GpuNodeSettings, "capacity_type")),
             disk_size_gib=node.leaf("diskSize", c.integer(minimum=50, maximum=16384, hint=" GiB; vLLM images are "
                                                           "about 10 GiB before any model weights."),
                                     default_of(GpuNodeSettings, "disk_size_gib")),
-            ami_type=ami, time_slicing=time_slicing)
+            ami_type=ami, time_slicing=time_slicing, autoscaler=autoscaler if autoscaler is not MISSING else "none",
+            karpenter=karpenter)
         return result
 
     # -- advice that does not block a deployment ---------------------------------------------
@@ -897,13 +905,12 @@ class _Parser:
         for index, model in enumerate(models):
             if (note := other_vllm_release(model.image)) is not None:
                 warnings.append(f"models[{index}].image {model.image} {note}")
-        if gpu_nodes is not None and models:
+        if gpu_nodes is not None and gpu_nodes.karpenter is None and models:
             per_node = GPUS_PER_INSTANCE.get(gpu_nodes.instance_types[0])
             # At most: a model that autoscales counts at its maxReplicas.
             wanted = sum(m.max_replicas * m.gpus for m in models)
             if per_node is not None:
-                # Nothing here scales the node group (node autoscaling is out of this stack's scope):
-                # `desired` nodes are what the pods get.
+                # Without Karpenter nothing scales the node group: `desired` nodes are what the pods get.
                 available = per_node * gpu_nodes.time_slicing * gpu_nodes.size.desired
                 if wanted > available:
                     scaled = " at autoscaling.maxReplicas" if any(m.autoscaling for m in models) else ""

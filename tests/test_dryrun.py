@@ -155,7 +155,7 @@ def test_a_secret_config_value_the_program_copies_in_plain_is_hidden_too():
     (["--stack", "eks", "--set", "models[5].replicas=1"],
      "dryrun: --set models[5].replicas=1: index 5 is past the end"),
     (["--stack", "nope"], (f"dryrun: --stack nope: there is no stack file {STACKS_DIR / 'Pulumi.nope.yaml'}; "
-                           "stacks there: dev, eks, existing")),
+                           "stacks there: dev, eks, eks-karpenter, existing")),
     (["--stack", "../stacks/dev"], "dryrun: --stack '../stacks/dev': give the stack's short name"),
     (["--stack", "eks", "--unset", "models[1].replica"],
      ("dryrun: --unset models[1].replica: the stack does not set models[1].replica, so there is nothing to remove. "

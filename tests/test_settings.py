@@ -408,7 +408,7 @@ def test_unknown_stack_names_its_missing_file_and_lists_the_known_ones(monkeypat
     monkeypatch.chdir(Path(__file__).resolve().parent.parent)
     with pytest.raises(SettingsError) as caught:
         load_stack("prod")
-    assert str(caught.value) == "stack 'prod' has no file stacks/Pulumi.prod.yaml; stacks here: dev, eks, existing"
+    assert str(caught.value) == "stack 'prod' has no file stacks/Pulumi.prod.yaml; stacks here: dev, eks, eks-karpenter, existing"
 
 
 def test_a_stack_with_invalid_config_names_the_stack_its_file_and_each_problem_not_a_deploy(tmp_path):

@@ -122,6 +122,8 @@ CHARTS = {
             ("qwen", "llm-d-router-gateway", "v0.10.0"), ("qwen-small", "llm-d-router-gateway", "v0.10.0")},
     "existing": {("kube-prometheus-stack", "kube-prometheus-stack", "88.5.3")},
 }
+# The eks stack's releases, and Karpenter's; qwen-small scales, so KEDA's too.
+CHARTS["eks-karpenter"] = CHARTS["eks"] | {("karpenter", "karpenter", "1.14.1"), ("keda", "keda", "2.20.2")}
 
 
 def test_the_render_step_covers_every_chart_each_stack_installs(tmp_path):

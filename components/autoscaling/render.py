@@ -2,8 +2,8 @@
 
 The scaler queries the stack's Prometheus for the model's total of one vLLM gauge and KEDA's
 HorizontalPodAutoscaler keeps that total per replica at the target (metricType AverageValue:
-replicas = ceil(total / target)), between minReplicas and maxReplicas. Node autoscaling is out of
-this stack's scope: a replica the nodes cannot hold stays Pending (the settings warn or refuse).
+replicas = ceil(total / target)), between minReplicas and maxReplicas. A replica the nodes cannot
+hold stays Pending (the settings warn or refuse) until Karpenter, when configured, brings a node.
 """
 
 from __future__ import annotations

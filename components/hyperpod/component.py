@@ -65,7 +65,7 @@ class HyperPodCluster(pulumi.ComponentResource):
         self.dependencies = k8s.helm.v4.Chart(
             f"{name}-dependencies", chart=str(chart_path), namespace=render.DEPENDENCIES_NAMESPACE,
             dependency_update=True, value_yaml_files=[pulumi.FileAsset(str(regional_values))],
-            values=render.dependencies_values(region),
+            values=render.dependencies_values(region, autoscaling=settings.karpenter is not None),
             # Its Deployments cannot be ready before the HyperPod instances they run on exist, and
             # those come after the chart: waiting here would only time out.
             skip_await=True,
@@ -74,9 +74,19 @@ class HyperPodCluster(pulumi.ComponentResource):
         eks_arn = pulumi.Output.all(partition, account, eks_cluster_name).apply(
             lambda args: render.eks_cluster_arn(args[0], region, args[1], args[2]))
         lifecycle_uri = lifecycle.name.apply(render.lifecycle_source)
-        groups = [_instance_group_args(render.instance_group(group, execution_role_arn=role.arn,
-                                                             lifecycle_uri=lifecycle_uri))
+        autoscaled = settings.karpenter.instance_groups if settings.karpenter is not None else ()
+        # Karpenter's groups start in the first subnet's zone: AWS wants each such group in one zone.
+        zonal_vpc = {"security_group_ids": [security_group_id],
+                     "subnets": pulumi.Output.from_input(subnet_ids).apply(lambda ids: ids[:1])}
+        groups = [_instance_group_args(render.instance_group(
+                      group, execution_role_arn=role.arn, lifecycle_uri=lifecycle_uri,
+                      zonal_vpc=zonal_vpc if group.name in autoscaled else None))
                   for group in settings.instance_groups]
+        autoscaling, role_policies = self._autoscaling(name, partition, account) if autoscaled else ({}, [])
+        # Karpenter sets its groups' instance counts as it adds and removes nodes; the stack's 0 must
+        # not undo that on the next `pulumi up` after a refresh.
+        counted_by_karpenter = [f"instanceGroups[{index}].instanceCount"
+                                for index, group in enumerate(settings.instance_groups) if group.name in autoscaled]
         self.cluster = aws_native.sagemaker.Cluster(
             f"{name}-cluster",
             cluster_name=settings.name,
@@ -89,15 +99,31 @@ class HyperPodCluster(pulumi.ComponentResource):
             # Continuous provisioning: instances come up as capacity allows, and the cluster stays
             # InService while a group scales.
             node_provisioning_mode=aws_native.sagemaker.ClusterNodeProvisioningMode.CONTINUOUS,
+            **autoscaling,
             opts=pulumi.ResourceOptions(
-                parent=self, provider=native,
-                depends_on=[self.dependencies, script, managed, inline, self_egress, pod_identity],
+                parent=self, provider=native, ignore_changes=counted_by_karpenter,
+                depends_on=[self.dependencies, script, managed, inline, self_egress, pod_identity,
+                            *role_policies],
                 custom_timeouts=pulumi.CustomTimeouts(create=render.CLUSTER_TIMEOUT, update=render.CLUSTER_TIMEOUT,
                                                       delete="1h")),
         )
         self.arn = self.cluster.cluster_arn
         self.name = pulumi.Output.from_input(settings.name)
         self.register_outputs({"arn": self.arn, "name": self.name, "executionRoleArn": role.arn})
+
+    def _autoscaling(self, name: str, partition: pulumi.Output[str],
+                     account: pulumi.Output[str]) -> tuple[dict, list[pulumi.Resource]]:
+        """The cluster role and CreateCluster's autoscaling fields. AWS refuses to change the role while
+        autoscaling is on: turn hyperpod.autoscaler off (one `pulumi up`) before replacing it."""
+        child = pulumi.ResourceOptions(parent=self)
+        role = aws.iam.Role(f"{name}-cluster-role", assume_role_policy=render.cluster_role_trust(), opts=child)
+        policy = aws.iam.RolePolicy(f"{name}-cluster-role-policy", role=role.id, policy=pulumi.Output.all(
+            partition, account).apply(lambda args: render.cluster_role_policy(*args)), opts=child)
+        sm = aws_native.sagemaker
+        return {"auto_scaling": sm.ClusterAutoScalingConfigArgs(
+                    mode=sm.ClusterAutoScalingConfigMode.ENABLE,
+                    auto_scaler_type=sm.ClusterAutoScalingConfigAutoScalerType.KARPENTER),
+                "cluster_role": role.arn}, [policy]
 
 
 class ExistingHyperPodCluster(pulumi.ComponentResource):
@@ -114,6 +140,7 @@ def _instance_group_args(spec: dict) -> aws_native.sagemaker.ClusterInstanceGrou
     sm = aws_native.sagemaker
     kubernetes = spec.pop("kubernetes_config")
     storage = spec.pop("instance_storage_configs", None)
+    zonal_vpc = spec.pop("override_vpc_config", None)
     checks = spec.pop("on_start_deep_health_checks", None)
     return sm.ClusterInstanceGroupArgs(
         **{k: v for k, v in spec.items() if k != "life_cycle_config"},
@@ -127,4 +154,5 @@ def _instance_group_args(spec: dict) -> aws_native.sagemaker.ClusterInstanceGrou
             ebs_volume_config=sm.ClusterEbsVolumeConfigArgs(**s["ebs_volume_config"])) for s in storage]
         if storage else None,
         on_start_deep_health_checks=[sm.ClusterDeepHealthCheckType(c) for c in checks] if checks else None,
+        override_vpc_config=sm.ClusterVpcConfigArgs(**zonal_vpc) if zonal_vpc else None,
     )

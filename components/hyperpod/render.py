@@ -14,6 +14,11 @@ from settings import InstanceGroupSettings
 from settings.hyperpod import instance_group_labels, instance_group_taints
 
 INSTANCE_POLICY = "AmazonSageMakerClusterInstanceRolePolicy"
+HYPERPOD_SERVICE = "hyperpod.sagemaker.amazonaws.com"
+# The health-monitoring agent the pinned dependencies chart installs (its subchart's _helpers.tpl
+# default at settings.hyperpod.DEPENDENCIES_COMMIT), and the oldest HyperPod's Karpenter works with.
+HEALTH_AGENT_VERSION = "1.0.1892.0_1.0.424.0"
+KARPENTER_MIN_HEALTH_AGENT = "1.0.742.0_1.0.241.0"
 LIFECYCLE_PREFIX = "lifecycle"
 ON_CREATE = "on_create.sh"
 # AWS's dependencies chart installs into kube-system (its own namespaces it creates itself).
@@ -45,8 +50,10 @@ def kubernetes_taints(group: InstanceGroupSettings) -> list[dict[str, str | None
     return [{"key": t.key, "value": t.value or None, "effect": t.effect} for t in instance_group_taints(group)]
 
 
-def instance_group(group: InstanceGroupSettings, *, execution_role_arn: Any, lifecycle_uri: Any) -> dict[str, Any]:
-    """One instance group, keyed by pulumi-aws-native's argument names."""
+def instance_group(group: InstanceGroupSettings, *, execution_role_arn: Any, lifecycle_uri: Any,
+                   zonal_vpc: dict[str, Any] | None = None) -> dict[str, Any]:
+    """One instance group, keyed by pulumi-aws-native's argument names. `zonal_vpc`: the subnet of one
+    zone and the security group, for a group Karpenter scales (AWS: its subnets share one zone)."""
     spec: dict[str, Any] = {
         "instance_group_name": group.name,
         "instance_type": group.instance_type,
@@ -60,7 +67,28 @@ def instance_group(group: InstanceGroupSettings, *, execution_role_arn: Any, lif
         spec["instance_storage_configs"] = [{"ebs_volume_config": {"volume_size_in_gb": group.extra_storage_gib}}]
     if group.deep_health_checks:
         spec["on_start_deep_health_checks"] = list(group.deep_health_checks)
+    if zonal_vpc is not None:
+        spec["override_vpc_config"] = zonal_vpc
     return spec
+
+
+def cluster_role_trust() -> str:
+    """The role HyperPod's managed Karpenter acts as, assumed by HyperPod alone."""
+    return iam.policy(iam.service_trust_statement(HYPERPOD_SERVICE))
+
+
+def cluster_role_policy(partition: str, account: str) -> str:
+    """AWS's policy for the autoscaling cluster role (Autoscaling on HyperPod EKS, "IAM permissions"):
+    add and remove nodes of this account's clusters, and grant HyperPod use of the volumes' KMS keys."""
+    return iam.policy(
+        iam.allow(["sagemaker:BatchAddClusterNodes", "sagemaker:BatchDeleteClusterNodes"],
+                  f"arn:{partition}:sagemaker:*:{account}:cluster/*"),
+        iam.allow(["kms:CreateGrant", "kms:DescribeKey"], f"arn:{partition}:kms:*:{account}:key/*",
+                  StringLike={"kms:ViaService": "sagemaker.*.amazonaws.com"},
+                  Bool={"kms:GrantIsForAWSResource": "true"},
+                  **{"ForAllValues:StringEquals": {"kms:GrantOperations": [
+                      "CreateGrant", "Decrypt", "DescribeKey", "GenerateDataKeyWithoutPlaintext", "ReEncryptTo",
+                      "ReEncryptFrom", "RetireGrant"]}}))
 
 
 def execution_role_trust() -> str:
@@ -95,7 +123,7 @@ def eks_cluster_arn(partition: str, region: str, account: str, name: str) -> str
     return f"arn:{partition}:eks:{region}:{account}:cluster/{name}"
 
 
-def dependencies_values(region: str) -> dict[str, Any]:
+def dependencies_values(region: str, *, autoscaling: bool = False) -> dict[str, Any]:
     """Exactly one NVIDIA device plugin runs on HyperPod: the chart's (the stack installs its own
     only on plain EKS). It is the chart's default; stated so a changed default cannot drop it.
 
@@ -103,5 +131,10 @@ def dependencies_values(region: str) -> dict[str, Any]:
     nodes' labels when none is given, but it is installed before any node exists, so it would
     fall back to us-east-1's image and switch (rolling its DaemonSets) once nodes joined; its
     values document `region` for exactly this."""
-    return {"nvidia-device-plugin": {"devicePlugin": {"enabled": True}},
-            "health-monitoring-agent": {"region": region}}
+    agent: dict[str, Any] = {"region": region}
+    if autoscaling:
+        # Karpenter needs agent 1.0.742.0_1.0.241.0 or later. The pinned chart's directory defaults to
+        # HEALTH_AGENT_VERSION, but the same commit also carries a stale packaged copy of the subchart
+        # (charts/health-monitoring-agent-0.1.0.tgz, 1.0.674.0_1.0.199.0): named here, either is new enough.
+        agent["imageTag"] = HEALTH_AGENT_VERSION
+    return {"nvidia-device-plugin": {"devicePlugin": {"enabled": True}}, "health-monitoring-agent": agent}

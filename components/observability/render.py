@@ -10,7 +10,8 @@ the load-balancer controller 2 x 50m/128Mi, cert-manager 3 x 20m/64Mi, two picke
 BBR and the EBS CSI controller about 100m/256Mi and 120m/480Mi. Monitoring adds Prometheus
 300m/1.5Gi, its config reloader, the operator 50m/128Mi, kube-state-metrics 20m/64Mi, Grafana
 100m/256Mi with its two sidecars, Alertmanager 20m/64Mi (0.7 vCPU and 2.3 GiB) and, with
-autoscaling, KEDA's three pods at 50m/128Mi: 2.5 vCPU and 6.1 GiB of 3.86 and 14.2. On `dev` the
+autoscaling, KEDA's three pods at 50m/128Mi: 2.5 vCPU and 6.1 GiB of 3.86 and 14.2 (2.7 and 6.6 with
+Karpenter's two controllers at 100m/256Mi). On `dev` the
 system group is one ml.c5.4xlarge (16 vCPU, 32 GiB), where the add-on's 13 pods leave room.
 Prometheus's memory: a few models' pods, the nodes and the cluster's objects are some 50,000
 series, about 1.5 GiB resident with the chart's 2 h head block; the limit leaves twice that.

@@ -1,0 +1,3 @@
+from .component import HyperPodNodePool, Karpenter
+
+__all__ = ["HyperPodNodePool", "Karpenter"]
