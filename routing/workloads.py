@@ -16,6 +16,7 @@ empties its cache as vLLM's /reset_prefix_cache does, which the pod reports with
 from __future__ import annotations
 
 import json
+import random
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping, Sequence
@@ -199,6 +200,63 @@ class Arrival:
         return self.stated_output_tokens is None and "prompt" not in self.body
 
 
+@dataclass(frozen=True)
+class Ramp:
+    """A timed workload whose rate climbs, holds and falls back: what a scaler is for. Tenants'
+    requests share their tenant's system prompt, so a replica's cache warms to its tenants."""
+
+    # Sized for the default latency model's pod (a ~0.5B model on one GPU): it serves about 30 of
+    # these requests a second, so the peak needs three replicas and the quiet rate one.
+    low_rate: float = 4.0  # requests a second before and after the ramp
+    peak_rate: float = 80.0
+    quiet_s: float = 300.0  # at the low rate, before the climb and after the fall
+    climb_s: float = 600.0
+    hold_s: float = 600.0
+    fall_s: float = 300.0
+    tenants: int = 200
+    segments: int = 40  # the system prompt's guidelines: about 25 tokens each
+    max_tokens: int = 256
+    seed: int = 0
+
+    def rate(self, at: float) -> float:
+        edges = (self.quiet_s, self.quiet_s + self.climb_s, self.quiet_s + self.climb_s + self.hold_s,
+                 self.quiet_s + self.climb_s + self.hold_s + self.fall_s)
+        if at < edges[0] or at >= edges[3]:
+            return self.low_rate
+        if at < edges[1]:
+            return self.low_rate + (self.peak_rate - self.low_rate) * (at - edges[0]) / self.climb_s
+        if at < edges[2]:
+            return self.peak_rate
+        return self.peak_rate - (self.peak_rate - self.low_rate) * (at - edges[2]) / self.fall_s
+
+    @property
+    def duration(self) -> float:
+        return 2 * self.quiet_s + self.climb_s + self.hold_s + self.fall_s
+
+    def arrivals(self, model: str) -> list[Arrival]:
+        """Poisson arrivals at the ramp's rate (thinned from the peak rate), repeatable by `seed`."""
+        rng = random.Random(self.seed)
+        arrivals, at, number = [], 0.0, 0
+        while True:
+            at += rng.expovariate(self.peak_rate)
+            if at >= self.duration:
+                return arrivals
+            if rng.random() * self.peak_rate >= self.rate(at):
+                continue
+            tenant = rng.randrange(self.tenants)
+            system = f"You are the assistant of tenant {tenant}." + "".join(
+                f" Guideline {i}: keep answers short, cite the policy section, and never guess account details."
+                for i in range(1, self.segments + 1))
+            body = {"model": model, "prompt": f"{system} Question {number}: what should I check first?",
+                    "max_tokens": self.max_tokens, "temperature": 0, "ignore_eos": True}
+            arrivals.append(Arrival(body, Request.from_openai_body(body), round(at, 3)))
+            number += 1
+
+
+# Built-in workloads that carry their own clock.
+TIMED_WORKLOADS: Mapping[str, Callable[[str], list[Arrival]]] = {"ramp": lambda model: Ramp().arrivals(model)}
+
+
 def _is_wrapper(value: Any) -> bool:
     return isinstance(value, dict) and "body" in value and set(value) <= WRAPPER_KEYS
 
@@ -251,6 +309,8 @@ def load_arrivals(name_or_path: str, model: str | None = None, trace_block_token
     A block-hash trace (routing/traces.py) arrives at its timestamps, its ids standing for blocks
     of `trace_block_tokens`; its bodies carry synthesized prompts with `trace_prompts` (to send
     them), none otherwise (to predict them)."""
+    if name_or_path in TIMED_WORKLOADS:
+        return TIMED_WORKLOADS[name_or_path](model or SEED_MODEL)
     if name_or_path in BUILTIN_WORKLOADS:
         bodies, requests = load_workload(name_or_path, model)
         return [Arrival(body, request) for body, request in zip(bodies, requests)]
@@ -311,7 +371,7 @@ def load_arrivals(name_or_path: str, model: str | None = None, trace_block_token
 
 def _timed_lines(name_or_path: str, wanted: Callable[[Any], bool]) -> Iterator[tuple[str, int, Any]]:
     """The workload file's lines `wanted` accepts, with where each is and its "at" checked."""
-    if name_or_path in BUILTIN_WORKLOADS:
+    if name_or_path in BUILTIN_WORKLOADS or name_or_path in TIMED_WORKLOADS:
         return
     for number, line in enumerate(Path(name_or_path).read_text(encoding="utf-8").splitlines(), start=1):
         try:

@@ -25,7 +25,8 @@ cdef class _LoadReplay:
     cdef public bint reads_metrics, precise_keyed, count_stale, reads_events, records_events
     cdef public object kv_log
     cdef public double event_delay
-    cdef public list precise, counts_stale, held, gone, stale_counts, pending_resets
+    cdef public list precise, counts_stale, held, gone, stale_counts, pending_resets, live
+    cdef public object scaling
 
     cpdef send(self, Py_ssize_t index, double now)
     @cython.locals(replica=Py_ssize_t, seen=list, interval=double, read_at=list, scrapes=list, keep_after=double,

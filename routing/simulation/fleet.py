@@ -15,7 +15,7 @@ import random
 from collections import OrderedDict, deque
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
-from typing import Callable, Iterable, Iterator, Mapping, Sequence
+from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
 
 from routing.metrics import DeltaReport, PodDelta
 from routing.picker.endpoint_picker import (DEFAULT_LRU_CAPACITY_PER_SERVER, Decision, Hashed, HashPlan, KvEvent,
@@ -366,6 +366,9 @@ class Fleet:
     event_delay: float = DEFAULT_EVENT_DELAY
     # Whether to count an approximate picker's stale picks (LoadResult.stale).
     count_stale: bool = False
+    # Replicas that follow the load (routing/simulation/scaling.py): a factory of the run's scaler,
+    # which adds pods to the pool and takes them out; None: the pods of `names`, throughout.
+    scaling: Callable[[], Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -441,7 +444,7 @@ def simulate_under_load(prepared: Prepared, plan: LoadPlan, fleet: Fleet, *, see
 
 
 # A replay's events, by kind. At equal times the event made first runs first.
-_SEND, _ARRIVE, _STEP_END, _WEIGHTS, _PICK, _POD_RESTART, _CACHE_RESET = 0, 1, 2, 3, 4, 5, 6
+_SEND, _ARRIVE, _STEP_END, _WEIGHTS, _PICK, _POD_RESTART, _CACHE_RESET, _SCALE = 0, 1, 2, 3, 4, 5, 6, 7
 
 
 class EventQueue:
@@ -555,6 +558,10 @@ class _LoadReplay:
         self.stale_counts = [0, 0, 0, 0, 0]  # picks, stale, elsewhere, blind, tokens (StalePicks)
         self.send_spacing = fleet.send_spacing
         self.spaced_until = float("-inf")
+        # Per engine, whether it is in the pool the picker sees: a scaled-in pod leaves it and
+        # finishes what it holds.
+        self.live = [True] * len(engines)
+        self.scaling = fleet.scaling() if fleet.scaling is not None else None
 
         # Sessions: a turn waits for its session's previous turn.
         self.session_of = plan.sessions
@@ -605,6 +612,8 @@ class _LoadReplay:
                 self.fresh_until[replica] = now if None in read_at else next_scrape
         else:
             seen = self.idle
+        if self.scaling is not None:
+            seen = [metrics for metrics, live in zip(seen, self.live) if live]
         picker = self.pickers[replica]
         request = self.requests[index]
         if self.precise[replica]:
@@ -799,6 +808,36 @@ class _LoadReplay:
             self.gone[engine_index].update(self.held[engine_index])
             self.held[engine_index].clear()
 
+    def add_engine(self, name: str) -> int:
+        """A pod joins the pool, cold, as a scaler's new replica turns Ready; its engine's index."""
+        fleet, block_size = self.fleet, self.prepared.block_size
+        engine = Engine(name, block_size, fleet.num_gpu_blocks, fleet.limits, fleet.latency, self.rng)
+        if self.records_events:
+            engine.pool.events = []
+        index = len(self.engines)
+        self.engines.append(engine)
+        self.by_name[name] = index
+        idle = PodMetrics(name=name, block_size=block_size, num_gpu_blocks=fleet.num_gpu_blocks)
+        self.idle.append(idle)
+        self.scrapes.append(_Scrapes(idle))
+        self.published_metrics.append(engine.published)
+        self.metrics_of.append({})
+        for replica in range(len(self.pickers)):
+            self.phases[replica].append(self.rng.random() * self.interval)
+            self.last_read_at[replica].append(None)
+            self.read[replica].append(idle)
+            self.fresh_until[replica] = float("-inf")
+        self.stepping.append(False)
+        self.pending_resets.append(0)
+        self.held.append(set())
+        self.gone.append(set())
+        self.live.append(True)
+        return index
+
+    def has_work(self) -> bool:
+        """Whether anything is left to run besides a scaler's own clock: events, or planned sends."""
+        return self.events.before(float("inf"), 0) or self.next_planned < self.last_planned
+
     def arrived(self, index: int, now: float) -> None:
         engine_index = self.by_name[self.placements[index]]
         engine = self.engines[engine_index]
@@ -841,6 +880,8 @@ class _LoadReplay:
         self.planned_order = [entry[1] for entry in planned]
         self.planned_kind = [entry[2] for entry in planned]
         self.planned_payload = [entry[3] for entry in planned]
+        if self.scaling is not None:
+            self.scaling.begin(self, _SCALE)
         now = self.loop()
         engines = self.engines
         pods = tuple(PodDelta(engine.name, engine.finished, engine.hits, engine.queries) for engine in engines)
@@ -878,6 +919,8 @@ class _LoadReplay:
                 self.sent_as_planned(payload, now)
             elif kind == _POD_RESTART or kind == _CACHE_RESET:
                 self.restart_pod(payload, now, kind == _CACHE_RESET)
+            elif kind == _SCALE:
+                self.scaling.on_event(self, payload, now)
             else:
                 self.pickers[:] = self.fleet.repick(plan.weight_changes[payload].weights, payload)
                 self.counts_load = [hasattr(picker, "finished") for picker in self.pickers]

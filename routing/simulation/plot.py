@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 import textwrap
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Sequence
 
 from routing.simulation.prediction import PredictError
 from routing.simulation.sweep import SettingResult, setting_label, value_text
@@ -111,4 +111,41 @@ def heat_map(results: Sequence[SettingResult], path: str, *, title: str, best: S
         figure.colorbar(image, ax=list(axes[row]), shrink=0.9, pad=0.01)
     figure.suptitle("\n".join(heading), fontsize=11)
     figure.savefig(path, dpi=130)
+    plt.close(figure)
+
+
+def write_scaling_plot(path: str, prediction: Any, width: float) -> None:
+    """`predict --autoscale --plot`: replicas (asked for, Ready) at each scaler step, and per window
+    the hit rate and TTFT p95 of the requests sent, beside the fixed fleet's."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from routing.simulation.scaling import windows
+
+    steps = prediction.run.steps
+    scaled = windows(prediction.scaled, steps, width)
+    fixed = windows(prediction.fixed, steps, width)
+    middles = [(w.start + w.end) / 2 for w in scaled]
+    figure, (replicas, hits, ttft) = plt.subplots(3, 1, figsize=(8, 7.5), sharex=True, constrained_layout=True)
+    replicas.step([s.at for s in steps], [s.desired for s in steps], where="post", label="asked for (HPA)")
+    replicas.step([s.at for s in steps], [s.ready for s in steps], where="post", label="Ready, in the pool")
+    replicas.axhline(prediction.policy.max_replicas, color="grey", linestyle=":", label="fixed fleet")
+    replicas.set_ylabel("replicas")
+    replicas.legend(fontsize=8, loc="upper left")
+    hits.plot(middles, [None if w.hit_rate is None else w.hit_rate * 100 for w in scaled], marker=".", label="scaled")
+    hits.plot(middles, [None if w.hit_rate is None else w.hit_rate * 100 for w in fixed], marker=".", color="grey",
+              label=f"{prediction.policy.max_replicas} fixed")
+    hits.set_ylabel("hit rate (%)")
+    hits.legend(fontsize=8, loc="lower left")
+    ttft.plot(middles, [w.ttft_p95 for w in scaled], marker=".", label="scaled")
+    ttft.plot(middles, [w.ttft_p95 for w in fixed], marker=".", color="grey", label="fixed")
+    ttft.set_ylabel("TTFT p95 (s)")
+    ttft.set_xlabel("seconds into the workload (requests by the time they were sent)")
+    ttft.legend(fontsize=8, loc="upper left")
+    figure.suptitle(f"{prediction.policy.metric} target {prediction.policy.target:g}, "
+                    f"{prediction.policy.min_replicas}-{prediction.policy.max_replicas} replicas, node lead "
+                    f"{prediction.policy.node_lead:g} s + model load {prediction.policy.pod_start:g} s", fontsize=10)
+    figure.savefig(path, dpi=120)
     plt.close(figure)

@@ -30,7 +30,7 @@ from routing.picker.endpoint_picker import (DEFAULT_PICKER_VERSION, PICKER_VERSI
                                             Request, with_default_weights)
 from routing.picker.prefix import EstimateTokenizer, HFTokenizerFile, Tokenizer, TokenizerFileError
 from routing.picker.traced import TracedPrompt
-from routing.simulation import sweep
+from routing.simulation import predict_scaling, sweep
 from routing.simulation.fleet import (DEFAULT_BLOCK_SIZE, DEFAULT_CAPACITY_BLOCKS, DEFAULT_EVENT_DELAY,
                                       DEFAULT_SCRAPE_INTERVAL, SimulationResult)
 from routing.simulation.latency import (DEFAULT_LATENCY, DEFAULT_LATENCY_NOTE, DEFAULT_LIMITS, EngineLimits,
@@ -139,10 +139,12 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     advisor.add_argument("--objective", choices=sweep.OBJECTIVES,
                          help="with --sweep: what the best setting maximises (hit-rate, the default) or minimises "
                               "(ttft-p95, balance)")
-    advisor.add_argument("--plot", metavar="FILE.png", help="with --sweep: write a heat map of the results")
+    advisor.add_argument("--plot", metavar="FILE.png", help="with --sweep: write a heat map of the results; with "
+                         "--autoscale: replicas, hit rate and TTFT p95 over time")
     parser.add_argument("--compare", action="store_true",
                         help="set what --weights, --routing or --replicas propose beside what the stack deploys "
                              "(with --pods: the default weights), figure by figure, in one table")
+    predict_scaling.add_arguments(parser)
     parser.add_argument("--json", action="store_true", help="print the prediction as JSON")
     parser.set_defaults(func=run)
 
@@ -480,7 +482,14 @@ def trace_note(prompts: Sequence[TracedPrompt]) -> str:
 def run(args: argparse.Namespace) -> int:
     seed = args.seed if args.seed is not None else random.SystemRandom().randrange(2 ** 32)
     try:
+        predict_scaling.check(args)
         setup = _setup(args)
+        if args.autoscale:
+            if args.plot:
+                from routing.simulation.plot import check_plot_path
+
+                check_plot_path(args.plot)
+            return predict_scaling.run(args, setup, seed)
         if args.plot and not args.sweep:
             raise PredictError(f"--plot {args.plot}: a heat map needs --sweep, e.g. --sweep prefix=0..5,queue=0..5")
         if args.plot and len(args.sweep) > MAX_PLOTTED_WEIGHTS:

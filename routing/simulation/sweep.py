@@ -26,6 +26,8 @@ from settings.picker_config import STICKY_PARAMETERS
 DEFAULT_OBJECTIVE = "hit-rate"
 # More combinations than this is a typing mistake more often than a plan (6^3 = 216 is the example).
 MAX_SETTINGS = 2000
+# What `predict --autoscale --sweep` varies (routing/simulation/predict_scaling.py).
+SCALING_PARAMETERS = ("minReplicas", "target", "leadTime")
 # A sticky parameter's range A..B without a step: this many evenly spaced values, ends included.
 PARAMETER_POINTS = 9
 
@@ -42,13 +44,15 @@ def sweep_option(text: str) -> dict[str, tuple[Value, ...]]:
         name, sep, values = part.strip().partition("=")
         if not sep or not name:
             raise argparse.ArgumentTypeError(f"--sweep {part!r}: write NAME=A..B or NAME=N, {example}")
-        if name not in WEIGHT_NAMES and name not in STICKY_PARAMETERS:
-            raise argparse.ArgumentTypeError(f"--sweep {name!r}: not a weight or a sticky-recipe parameter; valid "
-                                             f"weights: {', '.join(WEIGHT_NAMES)}; parameters: "
-                                             f"{', '.join(STICKY_PARAMETERS)}")
+        if name not in WEIGHT_NAMES and name not in STICKY_PARAMETERS and name not in SCALING_PARAMETERS:
+            raise argparse.ArgumentTypeError(f"--sweep {name!r}: not a weight, a sticky-recipe parameter or a scaling "
+                                             f"one; valid weights: {', '.join(WEIGHT_NAMES)}; parameters: "
+                                             f"{', '.join(STICKY_PARAMETERS)}; with --autoscale: "
+                                             f"{', '.join(SCALING_PARAMETERS)}")
         if name in grid:
             raise argparse.ArgumentTypeError(f"--sweep {name}: named twice; give each one range")
-        grid[name] = _weight_range(part, values, example) if name in WEIGHT_NAMES else _parameter_range(part, values)
+        whole = name in WEIGHT_NAMES or name == "minReplicas"
+        grid[name] = _weight_range(part, values, example) if whole else _parameter_range(part, values)
     total = 1
     for values in grid.values():
         total *= len(values)

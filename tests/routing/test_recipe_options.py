@@ -43,7 +43,7 @@ def test_a_parameter_range_without_a_step_takes_nine_values_and_a_step_its_own()
     ("maxTTFTPenaltyMs=10..0", "needs A <= B and STEP > 0"),
     ("maxTTFTPenaltyMs=0..10:0", "needs A <= B and STEP > 0"),
     ("maxTTFTPenaltyMs=0..20000:1", "20001 values; take a larger STEP"),
-    ("penalty=0..5", "not a weight or a sticky-recipe parameter"),
+    ("penalty=0..5", "not a weight, a sticky-recipe parameter or a scaling one"),
 ])
 def test_a_bad_parameter_range_is_refused_with_the_fix(text, words):
     with pytest.raises(argparse.ArgumentTypeError, match=words):

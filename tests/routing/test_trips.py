@@ -49,7 +49,7 @@ def test_predict_names_the_repositorys_stack_file_as_a_user_here_would_type_it(c
     monkeypatch.chdir(Path(__file__).resolve().parents[2])
     assert cli.main(["predict", "--stack", "prod"]) == 2
     assert capsys.readouterr().err == ("predict: stack 'prod' has no file stacks/Pulumi.prod.yaml; stacks here: "
-                                       "dev, eks, existing\n")
+                                       "dev, eks, eks-karpenter, existing\n")
 
 
 @pytest.fixture
