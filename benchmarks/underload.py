@@ -195,6 +195,9 @@ class Sent:
     # the engine's part of `ttft`. None when the server did not report it.
     engine_ttft: float | None = None
     ended_at: float | None = None  # time.monotonic() when the reply's last chunk came
+    # The prompt's tokens and those vLLM found cached (usage.prompt_tokens_details), from the last chunk.
+    prompt_tokens: int | None = None
+    cached_tokens: int | None = None
 
 
 def _send(client: Any, body: Mapping[str, Any]) -> Sent:
@@ -206,7 +209,7 @@ def _send(client: Any, body: Mapping[str, Any]) -> Sent:
         response = create.with_raw_response.create(**params, stream=True, stream_options={"include_usage": True},
                                                    extra_body={"ignore_eos": True}, timeout=REQUEST_TIMEOUT)
         routed_to = response.headers.get(ROUTED_HEADER, "?")
-        ttft = engine_ttft = None
+        ttft = engine_ttft = prompt_tokens = cached_tokens = None
         for chunk in response.parse():
             if ttft is None:
                 ttft = time.monotonic() - started
@@ -215,7 +218,11 @@ def _send(client: Any, body: Mapping[str, Any]) -> Sent:
             timings = (chunk.model_extra or {}).get("metrics") or {}
             if timings.get("time_to_first_token_ms") is not None:
                 engine_ttft = timings["time_to_first_token_ms"] / 1000
-        return Sent(ttft, routed_to, started, engine_ttft, time.monotonic())
+            if chunk.usage is not None:
+                prompt_tokens = chunk.usage.prompt_tokens
+                details = chunk.usage.prompt_tokens_details
+                cached_tokens = details.cached_tokens if details is not None else None
+        return Sent(ttft, routed_to, started, engine_ttft, time.monotonic(), prompt_tokens, cached_tokens)
     except Exception:  # the openai client's APIError family and transport errors: counted as a failure
         return Sent(None, routed_to, started)
 

@@ -107,6 +107,9 @@ def ready_text(pair: VllmPair, model_dir: Path, size: str, up_after: float) -> s
     lines = ["", f"Both vLLM servers are up (after {up_after:.0f}s):"]
     lines += [f"  {server.name}  {server.url}  (cpu {server.cpu_bind}, pid {server.process.pid}, log "
               f"{shown(server.log_path)})" for server in pair.servers]
+    slowest = max(server.ready_after or 0.0 for server in pair.servers)
+    lines += [f"  a server's start to Ready here: {slowest:.0f} s, a replica's lead time on this machine "
+              f"(`predict --autoscale --node-lead-time 0 --pod-start {slowest:.0f}`)"]
     lines += [f"  serving the {size} model ({width} wide, {layers} layers, {shown(model_dir)}) under the name "
               f"{SERVED_MODEL!r}: put \"model\": \"{SERVED_MODEL}\" in request bodies",
               f"  {tinymodel.GIBBERISH}",

@@ -53,6 +53,7 @@ import threading
 import time
 from collections import deque
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Awaitable, Callable, Mapping, Self, TextIO
 
 import aiohttp
@@ -73,6 +74,8 @@ from settings.picker_config import (EndpointPickerConfig, PreciseIndex, load_end
 
 SCRAPE_INTERVAL = 0.05
 STALENESS = 2.0
+# How often `--backends-file` is looked at for a change.
+BACKENDS_FILE_POLL = 0.5
 # How long `RunningGateway.wait_idle` waits, at most, for an idle scrape of every backend.
 SETTLE_TIMEOUT = 2.0
 ROUTED_HEADER = "x-routed-to"
@@ -238,10 +241,14 @@ class RoutingGateway:
 
     def __init__(self, backends: Mapping[str, str], picker: Picker, *, scrape_interval: float = SCRAPE_INTERVAL,
                  staleness: float = STALENESS, label: str = "", request_log: TextIO | None = None,
-                 kv_events: EventSubscriber | None = None):
+                 kv_events: EventSubscriber | None = None, backends_file: Path | None = None):
         if not backends:
             raise ValueError("at least one backend is needed: pass --backend NAME=URL")
         self.backends = {name: Backend(name, url.rstrip("/")) for name, url in backends.items()}
+        # More backends, read again whenever the file changes: as a pool's endpoints follow its pods.
+        self.backends_file = backends_file
+        self._from_file: dict[str, str] = {}
+        self._file_stamp: tuple[int, int] | None = None
         self.picker = picker
         self.scrape_interval = scrape_interval
         self.staleness = staleness
@@ -254,7 +261,7 @@ class RoutingGateway:
         # Each routed request's key for the picker's lifecycle calls (first chunk, end).
         self._request_keys = itertools.count()
         self._session: aiohttp.ClientSession | None = None
-        self._scrapers: list[asyncio.Task] = []
+        self._scrapers: dict[str, asyncio.Task] = {}
         # The precise index's events, when the picker routes on them (it reads them at each pick).
         self.kv_events = kv_events
         if kv_events is not None:
@@ -275,16 +282,57 @@ class RoutingGateway:
     async def _start(self, _app: web.Application) -> None:
         # No total timeout: a streamed completion may legitimately run for minutes.
         self._session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=None, sock_connect=5))
-        self._scrapers = [asyncio.create_task(self._scrape_forever(b)) for b in self.backends.values()]
+        self._scrapers = {b.name: asyncio.create_task(self._scrape_forever(b)) for b in self.backends.values()}
+        if self.backends_file is not None:
+            self._watcher = asyncio.create_task(self._watch_backends_file())
 
     async def _stop(self, _app: web.Application) -> None:
-        for task in self._scrapers:
+        tasks = [*self._scrapers.values(), *([self._watcher] if self.backends_file is not None else [])]
+        for task in tasks:
             task.cancel()
-        await asyncio.gather(*self._scrapers, return_exceptions=True)
+        await asyncio.gather(*tasks, return_exceptions=True)
         if self._session is not None:
             await self._session.close()
         if self.kv_events is not None:
             self.kv_events.stop()
+
+    async def _watch_backends_file(self) -> None:
+        while True:
+            self.read_backends_file()
+            await asyncio.sleep(BACKENDS_FILE_POLL)
+
+    def read_backends_file(self) -> None:
+        """Backends the file adds start being scraped, and are picked once a scrape succeeds; those it
+        no longer lists are no longer picked (their replies under way finish). A file that cannot be
+        read, or is not {name: url}, changes nothing and is logged once."""
+        try:
+            stat = self.backends_file.stat()
+            stamp = (stat.st_mtime_ns, stat.st_size)
+            if stamp == self._file_stamp:
+                return
+            self._file_stamp = stamp
+            listed = json.loads(self.backends_file.read_text(encoding="utf-8"))
+            if not isinstance(listed, dict) or not all(isinstance(v, str) for v in listed.values()):
+                raise ValueError("not a JSON object of backend names and URLs")
+        except (OSError, ValueError) as error:
+            if self._file_stamp is not None or not isinstance(error, FileNotFoundError):
+                print(f"serve: --backends-file {self.backends_file}: {error}; backends unchanged", file=sys.stderr)
+            return
+        for name in [n for n in self._from_file if n not in listed]:
+            self._scrapers.pop(name).cancel()
+            del self.backends[name], self._from_file[name]
+            self._note(f"backend {name} removed")
+        for name, url in listed.items():
+            if name in self.backends:
+                continue
+            self.backends[name] = backend = Backend(name, url.rstrip("/"))
+            self._from_file[name] = url
+            self._scrapers[name] = asyncio.create_task(self._scrape_forever(backend))
+            self._note(f"backend {name}={url} added")
+
+    def _note(self, text: str) -> None:
+        if self.request_log is not None:
+            print(f"serve: {text}", file=self.request_log, flush=True)
 
     async def _scrape_forever(self, backend: Backend) -> None:
         timeout = aiohttp.ClientTimeout(total=max(1.0, self.scrape_interval * 10))
@@ -336,11 +384,12 @@ class RoutingGateway:
 
     def fresh_backends(self) -> list[Backend]:
         now = time.monotonic()
-        return [b for b in self.backends.values() if b.is_fresh(now, self.staleness)]
+        # A copy: --backends-file may change the backends while another thread asks.
+        return [b for b in list(self.backends.values()) if b.is_fresh(now, self.staleness)]
 
     def scrapes(self) -> dict[str, Scrape | None]:
         """Each backend's last good scrape (when it was taken, and what it read), None before the first."""
-        return {name: backend.scrape for name, backend in self.backends.items()}
+        return {name: backend.scrape for name, backend in list(self.backends.items())}
 
     def all_idle_since(self, after: float) -> bool:
         """Whether every backend's last good scrape was sent after `after` (time.monotonic()) and
@@ -628,7 +677,8 @@ def start_gateway(backends: Mapping[str, str], weights: Mapping[str, int] | None
                   seed: int | None = None, port: int = 0, scrape_interval: float = SCRAPE_INTERVAL,
                   staleness: float = STALENESS, config: EndpointPickerConfig | None = None,
                   picker_version: str = DEFAULT_PICKER_VERSION, request_log: TextIO | None = None,
-                  prefix_index: str = "approximate", speculative: bool = False) -> RunningGateway:
+                  prefix_index: str = "approximate", speculative: bool = False,
+                  backends_file: Path | None = None) -> RunningGateway:
     """Start `serve` in this process (background thread); `.url`, `.gateway.history`, `.stop()`.
     Each request's line goes to `request_log`, if given. `prefix_index` precise: weights route
     on the backends' KV-cache events (a `config` reading them subscribes too)."""
@@ -643,7 +693,7 @@ def start_gateway(backends: Mapping[str, str], weights: Mapping[str, int] | None
             kv_events.stop()
         raise
     gateway = RoutingGateway(backends, picker, scrape_interval=scrape_interval, staleness=staleness, label=label,
-                             request_log=request_log, kv_events=kv_events)
+                             request_log=request_log, kv_events=kv_events, backends_file=backends_file)
     return RunningGateway(gateway, port).start()
 
 
@@ -681,6 +731,10 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     )
     parser.add_argument("--backend", action="append", type=named_url("--backend"), required=True, metavar="NAME=URL",
                         help="a model server (repeatable), e.g. pod-a=http://127.0.0.1:18001")
+    parser.add_argument("--backends-file", type=Path, metavar="FILE",
+                        help="more backends, a JSON object {NAME: URL}, read again whenever it changes: one added is "
+                             "picked once its first scrape succeeds, one removed is no longer picked (as a pool's "
+                             "endpoints follow its pods)")
     parser.add_argument("--port", type=port_number("--port"), default=8080,
                         help="port on 127.0.0.1 to listen on (default 8080)")
     choice = parser.add_mutually_exclusive_group()
@@ -733,6 +787,10 @@ def run(args: argparse.Namespace) -> int:
         if args.speculative_indexing and args.prefix_index != "precise":
             raise OptionError("--speculative-indexing: speculative entries belong to the precise index; add "
                               "--prefix-index precise")
+        if args.backends_file and args.prefix_index == "precise":
+            raise OptionError(f"--backends-file {args.backends_file}: the precise index subscribes to the backends' "
+                              "KV-cache events once, at the start; give every backend with --backend, or drop "
+                              "--prefix-index precise")
         if args.prefix_index == "precise" and (args.round_robin or args.stack or args.picker_config):
             what = "--round-robin reads no index" if args.round_robin else (
                 "the picker configuration given decides its prefix producer (a precise-prefix-cache-producer in it "
@@ -779,7 +837,8 @@ def run(args: argparse.Namespace) -> int:
         print(f"serve: {error}", file=sys.stderr)
         return 2
     gateway = RoutingGateway(backends, picker, scrape_interval=args.scrape_interval, staleness=args.staleness,
-                             label=label, request_log=None if args.quiet else sys.stdout, kv_events=kv_events)
+                             label=label, request_log=None if args.quiet else sys.stdout, kv_events=kv_events,
+                             backends_file=args.backends_file)
     print(f"serve: {label}; backends {', '.join(f'{n}={u}' for n, u in backends.items())}", flush=True)
     if kv_events is not None:
         print("serve: precise prefix index: subscribed to " + ", ".join(

@@ -39,7 +39,7 @@ SCALE_UP_FACTOR = 2
 # and the new node pulls the ~10 GB vLLM image (ai-on-eks: "up to 8 minutes" for large images).
 DEFAULT_NODE_LEAD_SECONDS = 180.0
 # Container start to Ready: vLLM loads the model and allocates its cache (vendor reports: 82-294 s;
-# the low end for the small models of the seed). `calibrate --server-start` times it on the local servers.
+# the low end for the small models of the seed). `servers` prints the local servers' own start.
 DEFAULT_POD_START_SECONDS = 90.0
 DEFAULT_CONSOLIDATE_AFTER_SECONDS = 600.0
 DEFAULTS_SOURCE = ("node lead 180 s and pod start 90 s are assumptions, not published figures: measure "

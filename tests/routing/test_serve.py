@@ -508,3 +508,35 @@ def test_serve_prints_a_line_per_request_unless_quiet(backends):
     shown, quiet = lines
     assert [LOG_LINE.match(line)["where"] for line in shown if LOG_LINE.match(line)] == ["a"]
     assert not any(LOG_LINE.match(line) for line in quiet)
+
+
+def test_a_backends_file_adds_and_removes_backends_while_serve_runs(backends, tmp_path):
+    # As a pool's endpoints follow its pods: the file's backend is picked once scraped, and no more
+    # once the file drops it; the --backend ones stay.
+    listed = tmp_path / "backends.json"
+    listed.write_text("{}")
+    third = FakeModelServer("c").start()
+    try:
+        with start_gateway({"a": backends[0].url}, round_robin=True, backends_file=listed) as gateway:
+            listed.write_text(json.dumps({"c": third.url}))
+            wait_until(lambda: {b.name for b in gateway.gateway.fresh_backends()} == {"a", "c"}, "c is scraped")
+            routed = {post(gateway.url + "/v1/completions", {"model": "m", "prompt": "x"})[1][ROUTED_HEADER]
+                      for _ in range(4)}
+            assert routed == {"a", "c"}
+            listed.write_text("{}")
+            wait_until(lambda: "c" not in gateway.gateway.backends, "c is dropped")
+            routed = {post(gateway.url + "/v1/completions", {"model": "m", "prompt": "x"})[1][ROUTED_HEADER]
+                      for _ in range(4)}
+            assert routed == {"a"}
+    finally:
+        third.stop()
+
+
+def test_a_backends_file_that_is_not_names_and_urls_changes_nothing(backends, tmp_path, capsys):
+    listed = tmp_path / "backends.json"
+    listed.write_text(json.dumps({"c": backends[1].url}))
+    with start_gateway({"a": backends[0].url}, backends_file=listed) as gateway:
+        wait_until(lambda: "c" in gateway.gateway.backends, "c is added")
+        listed.write_text('["not", "an", "object"]')
+        wait_until(lambda: "backends unchanged" in capsys.readouterr().err, "the bad file is reported")
+        assert set(gateway.gateway.backends) == {"a", "c"}
