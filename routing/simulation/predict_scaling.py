@@ -63,8 +63,8 @@ def check(args: argparse.Namespace) -> None:
                                "maxReplicas; drop it")
 
 
-def policy_of(args: argparse.Namespace) -> tuple[ScalingPolicy, str | None]:
-    """The stack model's scaler with the options laid over, and its instance type (for the price)."""
+def policy_of(args: argparse.Namespace) -> tuple[ScalingPolicy, str | None, int]:
+    """The stack model's scaler with the options laid over, its instance type and GPUs (for the price)."""
     from routing.options import load_stack_model
 
     found = load_stack_model(args.stack, args.model, args.stacks_dir) if args.stack else None
@@ -87,7 +87,7 @@ def policy_of(args: argparse.Namespace) -> tuple[ScalingPolicy, str | None]:
         scrape_interval=float(found.settings.observability.scrape_interval_seconds) if found is not None else 15.0,
         **{name: value for name, value in (("node_lead", args.node_lead_time), ("pod_start", args.pod_start),
                                            ("consolidate_after", consolidate)) if value is not None})
-    return policy, _instance_type(found) if found is not None else None
+    return policy, _instance_type(found) if found is not None else None, found.model.gpus if found is not None else 1
 
 
 def _stack_consolidate_after(settings: Any) -> float | None:
@@ -119,7 +119,7 @@ def _instance_type(found: Any) -> str | None:
 
 
 def run(args: argparse.Namespace, setup: Any, seed: int) -> int:
-    policy, instance_type = policy_of(args)
+    policy, instance_type, gpus = policy_of(args)
     load = setup.load(args, seed)
     if load is None:
         raise PredictError(f"--autoscale on {args.workload}: a scaler follows load over time, and the workload has no "
@@ -129,11 +129,6 @@ def run(args: argparse.Namespace, setup: Any, seed: int) -> int:
                            "without --autoscale")
     load = dataclasses.replace(load, count_stale=False)
     target = setup.target
-    gpus = 1
-    if args.stack:
-        from routing.options import load_stack_model
-
-        gpus = load_stack_model(args.stack, args.model, args.stacks_dir).model.gpus
     price = args.node_price or price_per_replica_hour(instance_type, gpus)
     configuration = target.picker_config if target.picker_config is not None else with_default_weights(target.weights)
 
